@@ -1,0 +1,358 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Event reasons, stable so that alerts and operators can match on them.
+const (
+	ReasonRootRotated            = "RootRotated"
+	ReasonBundleUpdated          = "BundleUpdated"
+	ReasonClientRenewalTriggered = "ClientRenewalTriggered"
+	ReasonServerSwitched         = "ServerSwitched"
+	ReasonServerSwitchForced     = "ServerSwitchForced"
+	ReasonRootRetired            = "RootRetired"
+	ReasonRootInvalid            = "RootInvalid"
+)
+
+// Event is something a decision wants an operator to see. Messages name
+// roots by subject and fingerprint prefix, never by their bytes.
+type Event struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// Gateway is the gateway Secret as read from the API server.
+type Gateway struct {
+	Exists bool
+	// CertPEM, KeyPEM and CAPEM are tls.crt, tls.key and ca.crt as found.
+	CertPEM, KeyPEM, CAPEM []byte
+	// State is what its annotations say.
+	State State
+}
+
+// Client is one selected client Certificate as seen through its Secret.
+type Client struct {
+	// Name identifies the client in messages, as NAMESPACE/NAME.
+	Name string
+	// Leaf is the certificate in the client's tls.crt; nil when the Secret
+	// is missing or unreadable.
+	Leaf *x509.Certificate
+	// CA is the client's ca.crt: the roots it verifies the server with.
+	CA []*x509.Certificate
+	// Failed says the last renewal of this client failed.
+	Failed bool
+}
+
+// On reports whether the client has moved to root: its leaf chains to it
+// and it trusts it, so it will accept a server credential from it.
+func (c Client) On(root *x509.Certificate, now time.Time) bool {
+	return c.Leaf != nil && now.Before(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root) && Contains(c.CA, root)
+}
+
+// Uses reports whether the client still depends on root being trusted by
+// the gateway: its unexpired leaf chains to it.
+func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
+	return c.Leaf != nil && now.Before(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root)
+}
+
+// Clients is what dualca knows of the selected client Certificates.
+type Clients struct {
+	// Tracked is false when no client selector is configured: then nothing
+	// is known of the clients, roots are kept until they expire and the
+	// server switches only when the grace period ends.
+	Tracked bool
+	Items   []Client
+}
+
+// Timings are the rotation delays of the zero-downtime strategy.
+type Timings struct {
+	// TrustPropagationDelay is the time the gateway gets to load a new bundle.
+	TrustPropagationDelay time.Duration
+	// ServerSwitchGrace is when, after the new root entered the bundle, the
+	// server switches to it whether or not the clients are ready.
+	ServerSwitchGrace time.Duration
+}
+
+// Decision is the gateway Secret content a strategy wants, and why.
+type Decision struct {
+	CertPEM, KeyPEM, CAPEM []byte
+	State                  State
+	Events                 []Event
+	// Renew names the clients whose re-issuance is due now.
+	Renew []string
+}
+
+// Plan decides the next gateway Secret of the zero-downtime strategy from the
+// gateway as found, the validated current root, the clients and the time. It
+// is pure, so a restart that reads the same Secret decides the same thing,
+// and the rotation invariants can be checked over random histories.
+func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Decision {
+	now = now.UTC().Truncate(time.Second)
+	prev := gw.State
+	adopting := prev.Strategy != StrategyZeroDowntime
+	var events []Event
+
+	trusted, edited := trustedRoots(gw, adopting)
+	if edited {
+		events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
+			Message: "ca.crt was changed outside dualca; restoring the roots dualca recorded"})
+	}
+
+	st := State{
+		Strategy:    StrategyZeroDowntime,
+		Root:        prev.Root,
+		RootAddedAt: prev.RootAddedAt,
+		SwitchedAt:  prev.SwitchedAt,
+	}
+	if prev.Root != root.Fingerprint {
+		st.Root, st.RootAddedAt = root.Fingerprint, now
+		if gw.Exists {
+			events = append(events, Event{Reason: ReasonRootRotated,
+				Message: "new root " + describe(root.Cert) + " is trusted next to the roots in use"})
+		}
+	}
+	// A clock that went back must not stretch the wait into the far future,
+	// and one that never recorded a time starts counting now.
+	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(now) {
+		st.RootAddedAt = now
+	}
+
+	server, serverCertPEM, serverKeyPEM := currentServer(gw, prev, adopting, now)
+	sw := decideSwitch(server, root, clients, t, st.RootAddedAt, now, gw.Exists)
+	if sw.switchNow {
+		server, serverCertPEM, serverKeyPEM = root.Cert, root.CertPEM, root.KeyPEM
+		st.SwitchedAt = now
+		if sw.event != nil {
+			events = append(events, *sw.event)
+		}
+	}
+
+	kept, retired := retire(append(trusted, root.Cert, server), root.Cert, server, clients, now)
+	for _, r := range retired {
+		events = append(events, Event{Reason: ReasonRootRetired, Message: "root " + describe(r.cert) + " retired: " + r.why})
+	}
+	caPEM := Encode(kept)
+	if gw.Exists && string(caPEM) != string(gw.CAPEM) && !edited {
+		events = append(events, Event{Reason: ReasonBundleUpdated,
+			Message: "trust bundle now holds " + itoa(len(kept)) + " roots: " + describeAll(kept)})
+	}
+
+	st.Server = Fingerprint(server)
+	st.BundleHash = Hash(caPEM)
+	for _, c := range kept {
+		st.BundleRoots = append(st.BundleRoots, Fingerprint(c))
+	}
+	st.Phase = phaseOf(server, root.Cert, len(kept), st.RootAddedAt, t, now)
+
+	d := Decision{CertPEM: serverCertPEM, KeyPEM: serverKeyPEM, CAPEM: caPEM, State: st, Events: events}
+	if clients.Tracked {
+		p := progress(clients, root.Cert, now)
+		d.State.Clients = &p
+		if st.Phase == PhaseRenewing {
+			d.Renew = due(clients, root.Cert, now)
+		}
+	}
+	return d
+}
+
+// trustedRoots returns the CA certificates of the gateway's ca.crt that may
+// stay. A Secret dualca wrote and nobody edited is taken as is. An edited one
+// keeps only the roots dualca had recorded, so a hand-added CA is removed and
+// garbage is dropped. An adopted one (new, legacy, or stripped of dualca's
+// annotations) seeds the bundle with every CA it holds.
+func trustedRoots(gw Gateway, adopting bool) (roots []*x509.Certificate, edited bool) {
+	all := casIn(gw.CAPEM)
+	if adopting || Hash(gw.CAPEM) == gw.State.BundleHash {
+		return all, false
+	}
+	for _, c := range all {
+		if slices.Contains(gw.State.BundleRoots, Fingerprint(c)) {
+			roots = append(roots, c)
+		}
+	}
+	return roots, true
+}
+
+// casIn reads every CA certificate from PEM, skipping what is not one. The
+// gateway Secret is dualca's own, so a damaged one is repaired, not rejected.
+func casIn(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for len(data) > 0 {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" || len(b.Headers) > 0 {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil || !c.BasicConstraintsValid || !c.IsCA {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// currentServer returns the server pair found in the gateway if it can stay:
+// a CA certificate with its key, and, unless adopting, the one dualca
+// recorded. nil means there is no usable server credential.
+func currentServer(gw Gateway, prev State, adopting bool, now time.Time) (*x509.Certificate, []byte, []byte) {
+	certs := casIn(gw.CertPEM)
+	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
+		return nil, nil, nil
+	}
+	c := certs[0]
+	if !adopting && Fingerprint(c) != prev.Server {
+		return nil, nil, nil
+	}
+	return c, gw.CertPEM, gw.KeyPEM
+}
+
+type switchDecision struct {
+	switchNow bool
+	event     *Event
+}
+
+// decideSwitch says whether tls.crt moves to the current root now. It moves
+// when every selected client is on the root (they verify the server with
+// their ca.crt), or when waiting any longer would do more harm than good:
+// the grace period is over, or the old server root is about to expire.
+func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timings, addedAt, now time.Time, exists bool) switchDecision {
+	if server == nil {
+		if !exists {
+			return switchDecision{switchNow: true}
+		}
+		return switchDecision{switchNow: true, event: &Event{Warning: true, Reason: ReasonServerSwitchForced,
+			Message: "server credential in the gateway Secret was missing or changed outside dualca; serving from root " + describe(root.Cert)}}
+	}
+	if Fingerprint(server) == root.Fingerprint {
+		return switchDecision{}
+	}
+	elapsed := now.Sub(addedAt)
+	if now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter) {
+		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if clients.Tracked {
+		if elapsed >= t.TrustPropagationDelay {
+			if p := progress(clients, root.Cert, now); p.Pending == 0 && p.Failed == 0 {
+				return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
+					Message: "all " + itoa(p.Renewed) + " clients trust root " + describe(root.Cert) + "; server now presents it"}}
+			}
+		}
+		if elapsed >= t.ServerSwitchGrace {
+			p := progress(clients, root.Cert, now)
+			return forced(fmt.Sprintf("grace period %s is over with %d clients not on the new root", t.ServerSwitchGrace, p.Pending+p.Failed))
+		}
+		return switchDecision{}
+	}
+	if elapsed >= t.ServerSwitchGrace {
+		return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
+			Message: fmt.Sprintf("grace period %s is over (client readiness is not tracked); server now presents root %s", t.ServerSwitchGrace, describe(root.Cert))}}
+	}
+	return switchDecision{}
+}
+
+func forced(why string) switchDecision {
+	return switchDecision{switchNow: true, event: &Event{Warning: true, Reason: ReasonServerSwitchForced,
+		Message: "server switched to the new root before every client was ready: " + why}}
+}
+
+type retirement struct {
+	cert *x509.Certificate
+	why  string
+}
+
+// retire returns the bundle to write and the roots that leave it. A root
+// leaves only when it has expired, or when the server has moved to the
+// current root and no selected client's unexpired leaf chains to it; the
+// current root and the server's root always stay.
+func retire(candidates []*x509.Certificate, current, server *x509.Certificate, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
+	var keep []*x509.Certificate
+	var gone []retirement
+	switched := Fingerprint(server) == Fingerprint(current)
+	for _, c := range Normalize(candidates, time.Time{}) {
+		fp := Fingerprint(c)
+		switch {
+		case fp == Fingerprint(current) || fp == Fingerprint(server):
+			keep = append(keep, c)
+		case !now.Before(c.NotAfter):
+			gone = append(gone, retirement{c, "expired"})
+		case switched && clients.Tracked && !usedByAny(clients, c, now):
+			gone = append(gone, retirement{c, "the server and every selected client have moved on"})
+		default:
+			keep = append(keep, c)
+		}
+	}
+	return keep, gone
+}
+
+func usedByAny(clients Clients, root *x509.Certificate, now time.Time) bool {
+	for _, c := range clients.Items {
+		if c.Uses(root, now) {
+			return true
+		}
+	}
+	return false
+}
+
+func phaseOf(server, root *x509.Certificate, roots int, addedAt time.Time, t Timings, now time.Time) Phase {
+	switch {
+	case Fingerprint(server) != Fingerprint(root) && now.Sub(addedAt) < t.TrustPropagationDelay:
+		return PhaseBundle
+	case Fingerprint(server) != Fingerprint(root):
+		return PhaseRenewing
+	case roots > 1:
+		return PhaseRetiring
+	default:
+		return PhaseSteady
+	}
+}
+
+func progress(clients Clients, root *x509.Certificate, now time.Time) Progress {
+	var p Progress
+	for _, c := range clients.Items {
+		switch {
+		case c.On(root, now):
+			p.Renewed++
+		case c.Failed:
+			p.Failed++
+		default:
+			p.Pending++
+		}
+	}
+	return p
+}
+
+// due lists the clients not yet on root, in a stable order.
+func due(clients Clients, root *x509.Certificate, now time.Time) []string {
+	var names []string
+	for _, c := range clients.Items {
+		if !c.On(root, now) {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// describe names a certificate for people: subject and fingerprint prefix.
+func describe(c *x509.Certificate) string {
+	return fmt.Sprintf("%q (%s)", c.Subject.CommonName, Short(Fingerprint(c)))
+}
+
+func describeAll(certs []*x509.Certificate) string {
+	parts := make([]string, len(certs))
+	for i, c := range certs {
+		parts[i] = describe(c)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,98 @@
+package bundle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Fingerprint is the lowercase hex SHA-256 of c.Raw, the identity of a
+// certificate throughout dualca: two certificates with the same subject (a
+// re-issued root) are different roots, the same bytes are the same root. It
+// returns "" for a nil certificate.
+func Fingerprint(c *x509.Certificate) string {
+	if c == nil {
+		return ""
+	}
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// Normalize returns the trust set to publish: deduplicated by fingerprint,
+// certificates that expired before now dropped, ordered newest first
+// (NotBefore descending, then NotAfter descending, then fingerprint
+// ascending). The order is total, so the same set always encodes to the same
+// bytes and the gateway reloads only on real changes. Nil entries are
+// dropped. It does not modify its input slice.
+func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
+	type entry struct {
+		cert *x509.Certificate
+		fp   string
+	}
+	seen := make(map[string]bool, len(certs))
+	entries := make([]entry, 0, len(certs))
+	for _, c := range certs {
+		if c == nil || c.NotAfter.Before(now) {
+			continue
+		}
+		fp := Fingerprint(c)
+		if seen[fp] {
+			continue
+		}
+		seen[fp] = true
+		entries = append(entries, entry{cert: c, fp: fp})
+	}
+	slices.SortFunc(entries, func(a, b entry) int {
+		if n := b.cert.NotBefore.Compare(a.cert.NotBefore); n != 0 {
+			return n
+		}
+		if n := b.cert.NotAfter.Compare(a.cert.NotAfter); n != 0 {
+			return n
+		}
+		return strings.Compare(a.fp, b.fp)
+	})
+	out := make([]*x509.Certificate, len(entries))
+	for i, e := range entries {
+		out[i] = e.cert
+	}
+	return out
+}
+
+// ChainsTo reports whether leaf is root itself (same fingerprint) or was
+// signed directly by root: its issuer name equals root's subject name and the
+// signature verifies with root's key. Checking the signature, not just the
+// name, matters because a re-issued root usually keeps its subject name.
+func ChainsTo(leaf, root *x509.Certificate) bool {
+	if leaf == nil || root == nil {
+		return false
+	}
+	if bytes.Equal(leaf.Raw, root.Raw) {
+		return true
+	}
+	return bytes.Equal(leaf.RawIssuer, root.RawSubject) && leaf.CheckSignatureFrom(root) == nil
+}
+
+// Contains reports whether set holds a certificate with c's fingerprint.
+func Contains(set []*x509.Certificate, c *x509.Certificate) bool {
+	if c == nil {
+		return false
+	}
+	return Find(set, Fingerprint(c)) != nil
+}
+
+// Find returns the certificate in set with fingerprint fp, or nil.
+func Find(set []*x509.Certificate, fp string) *x509.Certificate {
+	if fp == "" {
+		return nil
+	}
+	for _, c := range set {
+		if c != nil && Fingerprint(c) == fp {
+			return c
+		}
+	}
+	return nil
+}

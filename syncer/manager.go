@@ -1,0 +1,110 @@
+// Package syncer is the only part of dualca that talks to the API server: it
+// watches the root Secret, runs a strategy's decision and writes the gateway
+// Secret.
+package syncer
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/dualca/dualca/flags"
+)
+
+// Config is what the syncer runs with: the command-line options and the
+// knobs only tests turn.
+type Config struct {
+	flags.Options
+	// Clock is dualca's clock; tests replace it to jump time.
+	Clock clock.PassiveClock
+	// DisableWatches leaves only the start-up reconcile and the poll, to
+	// prove the poll alone keeps the gateway in step.
+	DisableWatches bool
+	// Logger is the manager's logger.
+	Logger logr.Logger
+}
+
+// Scheme knows the built-in types and cert-manager's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := cmapi.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager builds a manager running the reconciler with its health and
+// metrics endpoints. Start it with mgr.Start(ctx).
+func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, nil, fmt.Errorf("building scheme: %w", err)
+	}
+	electionNS := cfg.LeaderElectionNamespace
+	if electionNS == "" {
+		electionNS = cfg.GatewaySecret.Namespace
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        cfg.Logger,
+		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
+		HealthProbeBindAddress:        cfg.HealthProbeBindAddress,
+		LeaderElection:                cfg.LeaderElect,
+		LeaderElectionID:              "dualca-" + cfg.GatewaySecret.Name,
+		LeaderElectionNamespace:       electionNS,
+		LeaderElectionReleaseOnCancel: true,
+		// Secrets are never read through the manager's cache: that would
+		// start an informer on every Secret of the cluster. The two that
+		// matter have single-object caches of their own.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
+	}
+	r := &Reconciler{
+		cfg:      cfg,
+		reader:   mgr.GetAPIReader(),
+		writer:   mgr.GetClient(),
+		recorder: mgr.GetEventRecorder("dualca"),
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, nil, err
+	}
+	if err := mgr.AddReadyzCheck("synced", r.readyz); err != nil {
+		return nil, nil, err
+	}
+	return mgr, r, nil
+}
+
+// readyz reports ready once the gateway has been brought in sync at least once.
+func (r *Reconciler) readyz(*http.Request) error {
+	if !r.synced.Load() {
+		return errors.New("gateway secret not in sync yet")
+	}
+	return nil
+}
+
+// Caches returns the single-object caches, so tests can show what they hold.
+func (r *Reconciler) Caches() []cache.Cache { return r.caches }

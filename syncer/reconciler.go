@@ -1,0 +1,227 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/legacy"
+)
+
+// Reconciler keeps the gateway Secret in step with the root Secret.
+type Reconciler struct {
+	cfg      Config
+	reader   client.Reader // uncached: every reconcile is also a poll
+	writer   client.Client
+	recorder recorder.EventRecorder
+	caches   []cache.Cache
+	synced   atomic.Bool
+	// lastInvalid is the reason last reported for an invalid root, so that a
+	// root that stays broken is reported once, not at every retry.
+	lastInvalid atomic.Value
+}
+
+// Reconcile reads root and gateway, decides, and writes the gateway once if
+// anything changed. Each reconcile ends by scheduling the next poll.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	var (
+		d       bundle.Decision
+		gateway *corev1.Secret
+	)
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		root, rootObj, err := r.readRoot(ctx)
+		if err != nil {
+			return r.reportInvalid(ctx, rootObj, err)
+		}
+		current, gw, err := r.readGateway(ctx)
+		if err != nil {
+			return err
+		}
+		d = r.decide(gw, root)
+		gateway, err = r.write(ctx, current, d)
+		return err
+	})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.lastInvalid.Store("")
+	r.synced.Store(true)
+	for _, e := range d.Events {
+		r.event(gateway, e)
+	}
+	return reconcile.Result{RequeueAfter: wait.Jitter(r.cfg.PollInterval, 0.1)}, nil
+}
+
+// decide runs the configured strategy. Client tracking arrives with client
+// renewal; until then the zero-downtime strategy keeps old roots until they
+// expire and switches the server when the grace period ends.
+func (r *Reconciler) decide(gw bundle.Gateway, root *bundle.Root) bundle.Decision {
+	now := r.cfg.Clock.Now()
+	if r.cfg.Legacy {
+		return legacy.Plan(gw, root, now)
+	}
+	return bundle.Plan(gw, root, bundle.Clients{}, bundle.Timings{
+		TrustPropagationDelay: r.cfg.TrustPropagationDelay,
+		ServerSwitchGrace:     r.cfg.ServerSwitchGrace,
+	}, now)
+}
+
+// readRoot returns the validated root. Any reason the root cannot be used
+// is an *bundle.InvalidError; the Secret is returned when it exists, so an
+// event can point at it.
+func (r *Reconciler) readRoot(ctx context.Context) (*bundle.Root, *corev1.Secret, error) {
+	key := r.cfg.RootSecret
+	s := &corev1.Secret{}
+	if err := r.reader.Get(ctx, key, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, &bundle.InvalidError{Field: "secret", Reason: "root secret " + key.String() + " not found"}
+		}
+		return nil, nil, fmt.Errorf("reading root secret %s: %w", key, err)
+	}
+	if s.Type != corev1.SecretTypeTLS && s.Type != corev1.SecretTypeOpaque {
+		return nil, s, &bundle.InvalidError{Field: "type", Reason: fmt.Sprintf("root secret has type %q, want %q", s.Type, corev1.SecretTypeTLS)}
+	}
+	root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], r.cfg.Clock.Now())
+	return root, s, err
+}
+
+// readGateway returns the gateway Secret (nil when absent) and what it holds.
+func (r *Reconciler) readGateway(ctx context.Context) (*corev1.Secret, bundle.Gateway, error) {
+	s := &corev1.Secret{}
+	if err := r.reader.Get(ctx, r.cfg.GatewaySecret, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, bundle.Gateway{}, nil
+		}
+		return nil, bundle.Gateway{}, fmt.Errorf("reading gateway secret %s: %w", r.cfg.GatewaySecret, err)
+	}
+	return s, bundle.Gateway{
+		Exists:  true,
+		CertPEM: s.Data[corev1.TLSCertKey],
+		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
+		CAPEM:   s.Data[caKey],
+		State:   bundle.ParseState(s.Annotations),
+	}, nil
+}
+
+// write creates or updates the gateway Secret to hold d, and does nothing
+// when it already does. Updates carry the resourceVersion that was read, so
+// a concurrent writer makes this fail with a conflict and the caller
+// re-reads and decides again instead of overwriting.
+func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle.Decision) (*corev1.Secret, error) {
+	desired := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.cfg.GatewaySecret.Namespace, Name: r.cfg.GatewaySecret.Name},
+		Type:       corev1.SecretTypeTLS,
+	}
+	if current != nil {
+		desired = current.DeepCopy()
+	}
+	desired.Annotations = mergeAnnotations(desired.Annotations, d.State.Annotations())
+	if desired.Data == nil {
+		desired.Data = map[string][]byte{}
+	}
+	desired.Data[corev1.TLSCertKey] = d.CertPEM
+	desired.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
+	desired.Data[caKey] = d.CAPEM
+
+	if current == nil {
+		if err := r.writer.Create(ctx, desired); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// Someone created it between our read and our write: decide again.
+				return nil, apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
+			}
+			return nil, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
+		}
+		return desired, nil
+	}
+	if unchanged(current, desired) {
+		return current, nil
+	}
+	if err := r.writer.Update(ctx, desired); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
+	}
+	return desired, nil
+}
+
+// mergeAnnotations replaces dualca's annotations and keeps everyone else's.
+func mergeAnnotations(existing, ours map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range existing {
+		if !strings.HasPrefix(k, bundle.AnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	maps.Copy(out, ours)
+	return out
+}
+
+func unchanged(a, b *corev1.Secret) bool {
+	if !maps.Equal(a.Annotations, b.Annotations) || len(a.Data) != len(b.Data) {
+		return false
+	}
+	for k, v := range a.Data {
+		if w, ok := b.Data[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// reportInvalid turns an unusable root into one Warning event per distinct
+// reason and an error that makes the controller retry with backoff. The
+// gateway Secret is not touched.
+func (r *Reconciler) reportInvalid(ctx context.Context, rootObj *corev1.Secret, err error) error {
+	var invalid *bundle.InvalidError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	reason := invalid.Error()
+	if prev, _ := r.lastInvalid.Load().(string); prev != reason {
+		r.lastInvalid.Store(reason)
+		var regarding runtime.Object = rootObj
+		if rootObj == nil {
+			gw := &corev1.Secret{}
+			if getErr := r.reader.Get(ctx, r.cfg.GatewaySecret, gw); getErr == nil {
+				regarding = gw
+			}
+		}
+		if regarding != nil {
+			r.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, bundle.ReasonRootInvalid, "Validate",
+				"root %s is not usable, gateway left unchanged: %s", r.cfg.RootSecret, reason)
+		}
+	}
+	return fmt.Errorf("root secret %s: %w", r.cfg.RootSecret, err)
+}
+
+func (r *Reconciler) event(gateway *corev1.Secret, e bundle.Event) {
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.recorder.Eventf(gateway, nil, typ, e.Reason, "Sync", "%s", e.Message)
+}
+
+func (r *Reconciler) request() reconcile.Request {
+	return reconcile.Request{NamespacedName: r.cfg.GatewaySecret}
+}
+
+// caKey is the trust-bundle key that cert-manager and Istio both use.
+const caKey = "ca.crt"

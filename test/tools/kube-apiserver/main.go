@@ -1,0 +1,17 @@
+// Command kube-apiserver builds the upstream kube-apiserver from the
+// published k8s.io/kubernetes module so that envtest can run against a real
+// API server without setup-envtest downloading binaries.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	command := app.NewAPIServerCommand()
+	code := cli.Run(command)
+	os.Exit(code)
+}
