@@ -155,7 +155,9 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	if clients.Tracked {
 		p := progress(clients, root.Cert, now)
 		d.State.Clients = &p
-		if st.Phase == PhaseRenewing {
+		// Clients are moved once the gateway trusts the new root, and also
+		// after a forced switch: the ones left behind still need it.
+		if st.Phase != PhaseBundle {
 			d.Renew = due(clients, root.Cert, now)
 		}
 	}
@@ -284,7 +286,7 @@ func retire(candidates []*x509.Certificate, current, server *x509.Certificate, c
 		switch {
 		case fp == Fingerprint(current) || fp == Fingerprint(server):
 			keep = append(keep, c)
-		case !now.Before(c.NotAfter):
+		case now.After(c.NotAfter):
 			gone = append(gone, retirement{c, "expired"})
 		case switched && clients.Tracked && !usedByAny(clients, c, now):
 			gone = append(gone, retirement{c, "the server and every selected client have moved on"})

@@ -1,0 +1,379 @@
+package bundle_test
+
+import (
+	"crypto/x509"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/legacy"
+	"github.com/dualca/dualca/test/certs"
+)
+
+// The model test drives the pure decisions through random histories:
+// rotations (overlapping ones too), client renewals that succeed, fail or
+// lag, restarts, invalid roots, strategy flips and clock jumps. The gateway
+// Secret only ever holds what a decision wrote, its annotations going through
+// the same text form as on the API server, and every invariant of the
+// product contract is checked after every step.
+
+type modelClient struct {
+	name      string
+	leaf      *x509.Certificate
+	ca        []*x509.Certificate
+	requested bool // a renewal was triggered and not completed yet
+	broken    bool // its issuer cannot issue: renewals fail
+	failed    bool
+}
+
+type model struct {
+	t        *testing.T
+	rng      *rand.Rand
+	now      time.Time
+	root     *certs.CA
+	rootBad  bool
+	legacy   bool
+	tracked  bool
+	timings  bundle.Timings
+	clients  []*modelClient
+	gw       bundle.Gateway
+	annots   map[string]string
+	rotation int
+	trace    []string
+	// counters, to show the histories reached what they should
+	switches, forced, retired, renewals int
+}
+
+func newModel(t *testing.T, seed uint64) *model {
+	m := &model{
+		t:       t,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		tracked: seed%5 != 0,
+		timings: bundle.Timings{TrustPropagationDelay: 30 * time.Second, ServerSwitchGrace: 10 * time.Minute},
+	}
+	m.rotate()
+	for i := range 1 + m.rng.IntN(5) {
+		c := &modelClient{name: fmt.Sprintf("ns/client-%d", i), broken: m.rng.IntN(8) == 0}
+		m.issue(c)
+		m.clients = append(m.clients, c)
+	}
+	return m
+}
+
+// rotate makes a new root, as cert-manager does with a new key every time.
+func (m *model) rotate() {
+	m.rotation++
+	life := time.Duration(20+m.rng.IntN(180)) * time.Minute
+	ca, err := certs.NewCA(fmt.Sprintf("root-%d", m.rotation), m.now.Add(-time.Minute), m.now.Add(life))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.root, m.rootBad = ca, false
+}
+
+// issue is cert-manager's CA issuer: a leaf from the root Secret as it is
+// now, and ca.crt holding that root.
+func (m *model) issue(c *modelClient) {
+	life := time.Duration(10+m.rng.IntN(120)) * time.Minute
+	leaf, _, _, err := m.root.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	c.leaf, c.ca, c.requested, c.failed = leaf, []*x509.Certificate{m.root.Cert}, false, false
+	m.renewals++
+}
+
+func (m *model) clientView() bundle.Clients {
+	cs := bundle.Clients{Tracked: m.tracked}
+	if !m.tracked {
+		return cs
+	}
+	for _, c := range m.clients {
+		cs.Items = append(cs.Items, bundle.Client{Name: c.name, Leaf: c.leaf, CA: c.ca, Failed: c.failed})
+	}
+	return cs
+}
+
+// reconcile is one pass of the syncer: validate the root, decide, write
+// only on change, then trigger the renewals the decision asks for.
+func (m *model) reconcile() {
+	if m.rootBad {
+		return // an invalid root never reaches a decision: nothing is written
+	}
+	root, err := bundle.ValidateRoot(m.root.CertPEM, m.root.KeyPEM, m.root.CertPEM, m.now)
+	if err != nil {
+		return // expired root: cert-manager will renew it; the gateway stays
+	}
+	prev := m.gw
+	var d bundle.Decision
+	if m.legacy {
+		d = legacy.Plan(m.gw, root, m.now)
+	} else {
+		d = bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+		again := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+		m.check(sameDecision(d, again), "the decision is deterministic")
+	}
+	m.apply(d)
+	if m.legacy {
+		m.check(string(m.gw.CAPEM) == string(root.CAPEM) && string(m.gw.CertPEM) == string(root.CertPEM) &&
+			string(m.gw.KeyPEM) == string(root.KeyPEM), "legacy: the gateway is a plain copy of the root")
+		return
+	}
+	m.checkInvariants(prev, d, root)
+	for _, name := range d.Renew {
+		for _, c := range m.clients {
+			if c.name == name {
+				c.requested = true
+			}
+		}
+	}
+	// Invariant 6: deciding again on what was just written changes nothing.
+	next := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
+		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing")
+	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
+}
+
+// apply stores a decision the way the API server would: data as bytes,
+// annotations as strings read back through ParseState.
+func (m *model) apply(d bundle.Decision) {
+	if m.gw.Exists && string(d.CAPEM) == string(m.gw.CAPEM) && string(d.CertPEM) == string(m.gw.CertPEM) &&
+		maps.Equal(d.State.Annotations(), m.annots) {
+		m.check(len(d.Events) == 0, "an unchanged gateway comes with no event, got %v", d.Events)
+		return
+	}
+	for _, e := range d.Events {
+		switch e.Reason {
+		case bundle.ReasonServerSwitched:
+			m.switches++
+		case bundle.ReasonServerSwitchForced:
+			m.forced++
+		case bundle.ReasonRootRetired:
+			m.retired++
+		}
+	}
+	m.annots = d.State.Annotations()
+	m.gw = bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(m.annots)}
+}
+
+func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	roots := mustParse(m.t, m.gw.CAPEM)
+	server := mustParse(m.t, m.gw.CertPEM)[0]
+
+	// 1. ca.crt holds the server's root (the server credential is a root).
+	m.check(bundle.Contains(roots, server), "invariant 1: the server root %s is in the bundle", bundle.Short(bundle.Fingerprint(server)))
+	// 5. only valid CAs, deduplicated, deterministic order; tls pair matches.
+	m.check(slices.EqualFunc(roots, bundle.Normalize(roots, m.now), sameCert), "invariant 5: the bundle is normalized")
+	for _, r := range roots {
+		// A clock that went back may see a root as not yet valid; it stays
+		// (never dropped for a clock), but it must be a CA and unexpired.
+		at := m.now
+		if at.Before(r.NotBefore) {
+			at = r.NotBefore
+		}
+		m.check(bundle.CheckCA("ca.crt", r, at) == nil && !m.now.After(r.NotAfter), "invariant 5: %s in the bundle is a valid CA (now %s, valid %s to %s, server %s, root %s)", r.Subject.CommonName, m.now, r.NotBefore, r.NotAfter, server.Subject.CommonName, root.Cert.Subject.CommonName)
+	}
+	m.check(bundle.KeyMatches(m.gw.CertPEM, m.gw.KeyPEM), "invariant 5: tls.crt and tls.key match")
+	m.check(bundle.Contains(roots, root.Cert), "the current root is in the bundle")
+
+	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime {
+		return // adoption: the step-wise invariants start from here
+	}
+	before := mustParse(m.t, prev.CAPEM)
+	prevServer := mustParse(m.t, prev.CertPEM)[0]
+	switched := bundle.Fingerprint(server) == root.Fingerprint
+	// 2 and 3. a root leaves only by retirement, never because a rotation came.
+	for _, r := range before {
+		if bundle.Contains(roots, r) {
+			continue
+		}
+		expired := !m.now.Before(r.NotAfter)
+		unused := switched && m.tracked && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
+			return m.now.Before(c.leaf.NotAfter) && bundle.ChainsTo(c.leaf, r)
+		})
+		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
+		m.check(bundle.Fingerprint(r) != bundle.Fingerprint(server), "invariant 2: the server root was retired")
+	}
+	for _, c := range m.clients {
+		for _, r := range before {
+			// A root that expired is useless to its leaves too: it may go.
+			if m.now.Before(c.leaf.NotAfter) && m.now.Before(r.NotAfter) && bundle.ChainsTo(c.leaf, r) {
+				m.check(bundle.Contains(roots, r), "invariant 3: %s's root %s dropped", c.name, r.Subject.CommonName)
+			}
+		}
+	}
+	// 4. the server moves only to the current root, and only when every
+	// client trusts it, or forced with a Warning.
+	if bundle.Fingerprint(server) != bundle.Fingerprint(prevServer) {
+		m.check(switched, "invariant 4: the server moved to a root other than the current one")
+		ready := !slices.ContainsFunc(m.clients, func(c *modelClient) bool { return !bundle.Contains(c.ca, server) })
+		warned := slices.ContainsFunc(d.Events, func(e bundle.Event) bool {
+			return e.Warning && e.Reason == bundle.ReasonServerSwitchForced
+		})
+		m.check(!m.tracked || ready || warned, "invariant 4: server switched while clients were not ready, without a Warning")
+		m.check(!m.now.Before(m.gw.State.RootAddedAt.Add(m.timings.TrustPropagationDelay)) || warned,
+			"the server switched before the gateway could load the new root")
+	}
+}
+
+func (m *model) check(ok bool, format string, args ...any) {
+	m.t.Helper()
+	if !ok {
+		m.t.Fatalf("%s\nhistory:\n  %s", fmt.Sprintf(format, args...), strings.Join(m.trace, "\n  "))
+	}
+}
+
+// step does one random thing to the world and reconciles.
+func (m *model) step() {
+	switch n := m.rng.IntN(100); {
+	case n < 8:
+		m.rotate()
+		m.trace = append(m.trace, "rotate to "+m.root.Cert.Subject.CommonName)
+	case n < 10:
+		m.rootBad = true
+		m.trace = append(m.trace, "root becomes invalid")
+	case n < 12:
+		m.rootBad = false
+		m.trace = append(m.trace, "root fixed")
+	case n < 40:
+		// cert-manager completes some triggered renewals, some fail
+		for _, c := range m.clients {
+			if c.requested && m.rng.IntN(2) == 0 {
+				if c.broken {
+					c.failed, c.requested = true, false
+				} else {
+					m.issue(c)
+				}
+			}
+		}
+		m.trace = append(m.trace, "renewals progress")
+	case n < 44:
+		c := m.clients[m.rng.IntN(len(m.clients))]
+		if !c.broken {
+			m.issue(c) // cert-manager renews on its own schedule, from the root of the moment
+		}
+		m.trace = append(m.trace, "spontaneous renewal of "+c.name)
+	case n < 47:
+		for _, c := range m.clients {
+			c.requested = false // a restart forgets in-flight requests; the annotations remain
+		}
+		m.trace = append(m.trace, "restart")
+	case n < 49:
+		m.legacy = !m.legacy
+		m.trace = append(m.trace, fmt.Sprintf("legacy=%v", m.legacy))
+	case n < 51:
+		d := -time.Duration(m.rng.IntN(300)) * time.Second
+		m.now = m.now.Add(d)
+		m.trace = append(m.trace, "clock back "+d.String())
+	case n < 55:
+		d := time.Duration(m.rng.IntN(40)) * time.Minute
+		m.now = m.now.Add(d)
+		m.trace = append(m.trace, "clock jumps "+d.String())
+	default:
+		d := time.Duration(1+m.rng.IntN(20)) * time.Second
+		m.now = m.now.Add(d)
+		m.trace = append(m.trace, "tick "+d.String())
+	}
+	// Expired leaves are renewed by cert-manager before anything else.
+	for _, c := range m.clients {
+		if !m.now.Before(c.leaf.NotAfter.Add(-time.Minute)) && !c.broken {
+			m.issue(c)
+		}
+	}
+	if m.root.Cert.NotAfter.Before(m.now.Add(5 * time.Minute)) {
+		m.rotate() // cert-manager renews the root before it expires
+		m.trace = append(m.trace, "root renewed before expiry: "+m.root.Cert.Subject.CommonName)
+	}
+	m.reconcile()
+}
+
+// settle stops rotations and lets everything finish: every selected client
+// must end on the current root, the server on it, and old roots retired.
+func (m *model) settle() {
+	m.legacy, m.rootBad = false, false
+	for _, c := range m.clients {
+		c.broken = false
+	}
+	if m.root.Cert.NotAfter.Before(m.now.Add(2 * time.Hour)) {
+		m.rotate()
+		m.trace = append(m.trace, "settle: root renewed before expiry")
+	}
+	for range 12 {
+		m.now = m.now.Add(time.Minute)
+		for _, c := range m.clients {
+			if c.requested || c.failed {
+				m.issue(c)
+			}
+		}
+		m.reconcile()
+	}
+	if !m.tracked {
+		// Without client tracking, old roots wait for their expiry.
+		m.now = m.now.Add(4 * time.Hour)
+		m.rotate()
+		m.trace = append(m.trace, "settle: late rotation")
+		for range 3 {
+			m.now = m.now.Add(m.timings.ServerSwitchGrace)
+			m.reconcile()
+		}
+	}
+	roots := mustParse(m.t, m.gw.CAPEM)
+	m.check(m.gw.State.Phase == bundle.PhaseSteady, "settled in phase Steady, got %s", m.gw.State.Phase)
+	m.check(len(roots) == 1 && sameCert(roots[0], m.root.Cert), "settled with only the current root in the bundle, got %d roots", len(roots))
+	m.check(m.gw.State.Server == bundle.Fingerprint(m.root.Cert), "settled with the server on the current root")
+	if m.tracked {
+		for _, c := range m.clients {
+			m.check(bundle.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
+		}
+	}
+}
+
+func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
+	t.Parallel()
+	histories, steps := 1500, 60
+	if testing.Short() {
+		histories = 200
+	}
+	var total model
+	for seed := range uint64(histories) {
+		m := newModel(t, seed)
+		for range steps {
+			m.step()
+		}
+		m.settle()
+		total.switches += m.switches
+		total.forced += m.forced
+		total.retired += m.retired
+		total.rotation += m.rotation
+		total.renewals += m.renewals
+	}
+	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
+		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)
+	// The histories must reach every branch the invariants are about.
+	if total.switches == 0 || total.forced == 0 || total.retired == 0 {
+		t.Fatalf("the random histories missed a branch: switches=%d forced=%d retired=%d", total.switches, total.forced, total.retired)
+	}
+}
+
+func mustParse(t *testing.T, data []byte) []*x509.Certificate {
+	t.Helper()
+	cs, err := bundle.ParseCertificates("pem", data)
+	if err != nil {
+		t.Fatalf("the gateway holds unparseable PEM: %v", err)
+	}
+	return cs
+}
+
+func sameDecision(a, b bundle.Decision) bool {
+	return string(a.CertPEM) == string(b.CertPEM) && string(a.KeyPEM) == string(b.KeyPEM) &&
+		string(a.CAPEM) == string(b.CAPEM) && maps.Equal(a.State.Annotations(), b.State.Annotations()) &&
+		slices.Equal(a.Events, b.Events) && slices.Equal(a.Renew, b.Renew)
+}
+
+func sameCert(a, b *x509.Certificate) bool { return bundle.Fingerprint(a) == bundle.Fingerprint(b) }
