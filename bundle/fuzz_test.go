@@ -27,7 +27,7 @@ func fuzzSeeds(f *testing.F) (ec, rsa, ed, leaf *certs.CA) {
 	ec = mk("ecdsa root", certs.Options{IsCA: true}, nil)
 	rsa = mk("rsa root", certs.Options{IsCA: true, KeyType: certs.KeyRSA, KeyEncoding: certs.EncodingPKCS8}, nil)
 	ed = mk("ed25519 root", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
-	leaf = mk("leaf.example.com", certs.Options{KeyType: certs.KeyRSA}, ec)
+	leaf = mk("leaf.example.com", certs.Options{KeyType: certs.KeyEd25519}, ec)
 	return ec, rsa, ed, leaf
 }
 
@@ -38,13 +38,18 @@ func truncations(data []byte) [][]byte {
 }
 
 func FuzzParseCertificates(f *testing.F) {
-	ec, rsa, ed, leaf := fuzzSeeds(f)
+	// The seeds are small on purpose: the fuzzer minimizes every new
+	// interesting input, which costs time quadratic in its length, so large
+	// seeds (an RSA bundle is kilobytes) stall the search for minutes.
+	ec, rsa, ed, _ := fuzzSeeds(f)
 	for _, seed := range [][]byte{
 		ec.CertPEM,
-		certs.Bundle(ec, rsa, ed, leaf),
-		[]byte("\r\n" + strings.ReplaceAll(string(certs.Bundle(ec, ed)), "\n", "\r\n")),
-		append(bytes.Clone(ec.CertPEM), ec.KeyPEM...),
-		append(bytes.Clone(ec.CertPEM), "junk"...),
+		ed.CertPEM,
+		rsa.CertPEM,
+		certs.Bundle(ed, ed),
+		[]byte("\r\n" + strings.ReplaceAll(string(ed.CertPEM), "\n", "\r\n") + "\n\t "),
+		append(bytes.Clone(ed.CertPEM), ed.KeyPEM...),
+		append(bytes.Clone(ed.CertPEM), "junk"...),
 		[]byte("-----BEGIN CERTIFICATE-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE-----\n"),
 		[]byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"),
 		[]byte("-----BEGIN CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\n"),
@@ -54,7 +59,7 @@ func FuzzParseCertificates(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	for _, seed := range truncations(certs.Bundle(ec, rsa)) {
+	for _, seed := range truncations(ec.CertPEM) {
 		f.Add(seed)
 	}
 
@@ -96,16 +101,16 @@ func FuzzParseCertificates(f *testing.F) {
 func FuzzValidateRoot(f *testing.F) {
 	ec, rsa, ed, leaf := fuzzSeeds(f)
 	f.Add(ec.CertPEM, ec.KeyPEM, ec.CertPEM)
-	f.Add(rsa.CertPEM, rsa.KeyPEM, certs.Bundle(rsa, ec))
 	f.Add(ed.CertPEM, ed.KeyPEM, []byte{})
+	f.Add(rsa.CertPEM, rsa.KeyPEM, ed.CertPEM)
 	f.Add(leaf.CertPEM, leaf.KeyPEM, ec.CertPEM)
-	f.Add(ec.CertPEM, rsa.KeyPEM, ec.KeyPEM)
-	f.Add(ec.CertPEM, append(bytes.Clone(ec.KeyPEM), ed.KeyPEM...), []byte("junk"))
+	f.Add(ec.CertPEM, ed.KeyPEM, ec.KeyPEM)
+	f.Add(ed.CertPEM, append(bytes.Clone(ed.KeyPEM), ed.KeyPEM...), []byte("junk"))
 	for _, k := range truncations(ec.KeyPEM) {
-		f.Add(ec.CertPEM, k, ec.CertPEM)
+		f.Add(ed.CertPEM, k, []byte{})
 	}
-	for _, c := range truncations(rsa.CertPEM) {
-		f.Add(c, rsa.KeyPEM, c)
+	for _, c := range truncations(ed.CertPEM) {
+		f.Add(c, ed.KeyPEM, c)
 	}
 	f.Add([]byte{}, []byte{}, []byte{})
 

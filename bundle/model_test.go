@@ -194,7 +194,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 			continue
 		}
 		expired := !m.now.Before(r.NotAfter)
-		unused := switched && m.tracked && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
+		unused := switched && m.tracked && !m.now.Before(m.gw.State.SwitchedAt.Add(m.timings.TrustPropagationDelay)) && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
 			return m.now.Before(c.leaf.NotAfter) && bundle.ChainsTo(c.leaf, r)
 		})
 		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)

@@ -87,6 +87,10 @@ type Decision struct {
 	Events                 []Event
 	// Renew names the clients whose re-issuance is due now.
 	Renew []string
+	// NextCheck is the earliest moment the decision can change by time
+	// alone (a delay or grace period ends, a root expires); zero if none.
+	// The syncer reconciles again then, instead of waiting for the poll.
+	NextCheck time.Time
 }
 
 // Plan decides the next gateway Secret of the zero-downtime strategy from the
@@ -124,6 +128,10 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 		st.RootAddedAt = now
 	}
 
+	if st.SwitchedAt.After(now) {
+		st.SwitchedAt = now
+	}
+
 	server, serverCertPEM, serverKeyPEM := currentServer(gw, prev, adopting, now)
 	sw := decideSwitch(server, root, clients, t, st.RootAddedAt, now, gw.Exists)
 	if sw.switchNow {
@@ -134,12 +142,18 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 		}
 	}
 
-	kept, retired := retire(append(trusted, root.Cert, server), root.Cert, server, clients, now)
+	// Clients renewed just before the switch may not have reloaded their new
+	// leaf yet: unused roots wait the propagation delay after the switch.
+	settled := !now.Before(st.SwitchedAt.Add(t.TrustPropagationDelay))
+	kept, retired := retire(append(trusted, root.Cert, server), root.Cert, server, clients.Tracked && settled, clients, now)
 	for _, r := range retired {
 		events = append(events, Event{Reason: ReasonRootRetired, Message: "root " + describe(r.cert) + " retired: " + r.why})
 	}
 	caPEM := Encode(kept)
-	if gw.Exists && string(caPEM) != string(gw.CAPEM) && !edited {
+	if !gw.Exists {
+		events = append(events, Event{Reason: ReasonBundleUpdated,
+			Message: "gateway Secret created: serving and trusting root " + describe(root.Cert)})
+	} else if string(caPEM) != string(gw.CAPEM) && !edited {
 		events = append(events, Event{Reason: ReasonBundleUpdated,
 			Message: "trust bundle now holds " + itoa(len(kept)) + " roots: " + describeAll(kept)})
 	}
@@ -151,7 +165,8 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	}
 	st.Phase = phaseOf(server, root.Cert, len(kept), st.RootAddedAt, t, now)
 
-	d := Decision{CertPEM: serverCertPEM, KeyPEM: serverKeyPEM, CAPEM: caPEM, State: st, Events: events}
+	d := Decision{CertPEM: serverCertPEM, KeyPEM: serverKeyPEM, CAPEM: caPEM, State: st, Events: events,
+		NextCheck: nextCheck(st, server, kept, t, now)}
 	if clients.Tracked {
 		p := progress(clients, root.Cert, now)
 		d.State.Clients = &p
@@ -276,8 +291,9 @@ type retirement struct {
 // retire returns the bundle to write and the roots that leave it. A root
 // leaves only when it has expired, or when the server has moved to the
 // current root and no selected client's unexpired leaf chains to it; the
-// current root and the server's root always stay.
-func retire(candidates []*x509.Certificate, current, server *x509.Certificate, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
+// current root and the server's root always stay. Unused roots may leave
+// only when mayRetireUnused: client readiness is tracked and settled.
+func retire(candidates []*x509.Certificate, current, server *x509.Certificate, mayRetireUnused bool, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
 	var keep []*x509.Certificate
 	var gone []retirement
 	switched := Fingerprint(server) == Fingerprint(current)
@@ -288,7 +304,7 @@ func retire(candidates []*x509.Certificate, current, server *x509.Certificate, c
 			keep = append(keep, c)
 		case now.After(c.NotAfter):
 			gone = append(gone, retirement{c, "expired"})
-		case switched && clients.Tracked && !usedByAny(clients, c, now):
+		case switched && mayRetireUnused && !usedByAny(clients, c, now):
 			gone = append(gone, retirement{c, "the server and every selected client have moved on"})
 		default:
 			keep = append(keep, c)
@@ -304,6 +320,30 @@ func usedByAny(clients Clients, root *x509.Certificate, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// nextCheck is the first moment after now at which time alone changes what
+// Plan decides: the end of the propagation delay or of the grace period,
+// the server root entering its expiry margin, or a root in the bundle expiring.
+func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, t Timings, now time.Time) time.Time {
+	moments := []time.Time{
+		st.RootAddedAt.Add(t.TrustPropagationDelay),
+		st.SwitchedAt.Add(t.TrustPropagationDelay),
+		server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew)),
+	}
+	if st.Server != st.Root {
+		moments = append(moments, st.RootAddedAt.Add(t.ServerSwitchGrace))
+	}
+	for _, c := range kept {
+		moments = append(moments, c.NotAfter.Add(time.Second))
+	}
+	var next time.Time
+	for _, m := range moments {
+		if m.After(now) && (next.IsZero() || m.Before(next)) {
+			next = m
+		}
+	}
+	return next
 }
 
 func phaseOf(server, root *x509.Certificate, roots int, addedAt time.Time, t Timings, now time.Time) Phase {

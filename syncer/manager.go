@@ -15,9 +15,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -72,6 +74,9 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 		LeaderElectionID:              "dualca-" + cfg.GatewaySecret.Name,
 		LeaderElectionNamespace:       electionNS,
 		LeaderElectionReleaseOnCancel: true,
+		// One controller per process in production; tests run several
+		// managers in one process, which the name check would refuse.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		// Secrets are never read through the manager's cache: that would
 		// start an informer on every Secret of the cluster. The two that
 		// matter have single-object caches of their own.
@@ -105,6 +110,9 @@ func (r *Reconciler) readyz(*http.Request) error {
 	}
 	return nil
 }
+
+// Reconciles counts the reconciles that completed without error.
+func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
 
 // Caches returns the single-object caches, so tests can show what they hold.
 func (r *Reconciler) Caches() []cache.Cache { return r.caches }

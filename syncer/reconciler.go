@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,8 +18,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/legacy"
@@ -32,6 +33,8 @@ type Reconciler struct {
 	recorder recorder.EventRecorder
 	caches   []cache.Cache
 	synced   atomic.Bool
+	// reconciles counts successful reconciles, so tests can wait for polls.
+	reconciles atomic.Int64
 	// lastInvalid is the reason last reported for an invalid root, so that a
 	// root that stays broken is reported once, not at every retry.
 	lastInvalid atomic.Value
@@ -62,10 +65,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	r.lastInvalid.Store("")
 	r.synced.Store(true)
+	r.reconciles.Add(1)
 	for _, e := range d.Events {
 		r.event(gateway, e)
 	}
-	return reconcile.Result{RequeueAfter: wait.Jitter(r.cfg.PollInterval, 0.1)}, nil
+	return reconcile.Result{RequeueAfter: r.requeueAfter(d)}, nil
+}
+
+// requeueAfter is the jittered poll interval, or less when the decision
+// will change by time alone before then (a delay ends, a root expires).
+func (r *Reconciler) requeueAfter(d bundle.Decision) time.Duration {
+	after := wait.Jitter(r.cfg.PollInterval, 0.1)
+	if !d.NextCheck.IsZero() {
+		// The annotations keep whole seconds: a moment computed from them
+		// is reached once the clock passes it, hence the extra second.
+		if until := d.NextCheck.Sub(r.cfg.Clock.Now()) + time.Second; until < after {
+			after = max(until, 10*time.Millisecond)
+		}
+	}
+	return after
 }
 
 // decide runs the configured strategy. Client tracking arrives with client

@@ -1,0 +1,227 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/certs"
+)
+
+var nsCounter atomic.Int64
+
+// setup is one test's world: its own namespace, root and gateway keys.
+type setup struct {
+	t       *testing.T
+	g       *WithT
+	ns      string
+	root    types.NamespacedName
+	gateway types.NamespacedName
+	issued  int
+}
+
+func newSetup(t *testing.T) *setup {
+	t.Helper()
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(10 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
+	g.SetDefaultConsistentlyDuration(time.Second)
+	ns := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(ns) > 60 {
+		ns = ns[:60]
+	}
+	ns = strings.TrimRight(ns, "-")
+	g.Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	return &setup{t: t, g: g, ns: ns,
+		root:    types.NamespacedName{Namespace: ns, Name: "root-ca"},
+		gateway: types.NamespacedName{Namespace: ns, Name: "gateway-credential"},
+	}
+}
+
+// options are dualca's flags for this world, as the binary would get them.
+func (s *setup) options() flags.Options {
+	o := flags.Defaults()
+	o.RootSecret, o.GatewaySecret = s.root, s.gateway
+	o.MetricsBindAddress, o.HealthProbeBindAddress = "0", "0"
+	o.TrustPropagationDelay = time.Second
+	o.ServerSwitchGrace = time.Hour
+	s.g.Expect(o.Validate()).To(Succeed())
+	return o
+}
+
+// dualca is a running manager; stop ends it and waits until it returned.
+type dualca struct {
+	r    *syncer.Reconciler
+	stop func()
+}
+
+func (s *setup) start(cfg syncer.Config) *dualca {
+	s.t.Helper()
+	logs := &syncBuffer{}
+	cfg.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(logs))
+	mgr, r, err := syncer.NewManager(restConfig, cfg)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	d := &dualca{r: r, stop: func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				s.t.Errorf("manager stopped with an error: %v", err)
+			}
+		})
+	}}
+	s.t.Cleanup(func() {
+		d.stop()
+		if s.t.Failed() {
+			s.t.Logf("dualca log:\n%s", logs.String())
+		}
+	})
+	return d
+}
+
+// syncBuffer collects the manager's log, shown when the test fails.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newRoot makes a root CA as cert-manager's self-signed issuer would. Each
+// is issued a second after the previous one, as rotations are, so the
+// newest-first order of the bundle is known.
+func (s *setup) newRoot(cn string) *certs.CA {
+	s.t.Helper()
+	s.issued++
+	notBefore := time.Now().Add(-time.Hour).Add(time.Duration(s.issued) * time.Second)
+	ca, err := certs.NewCA(cn, notBefore, notBefore.Add(48*time.Hour))
+	s.g.Expect(err).NotTo(HaveOccurred())
+	return ca
+}
+
+// putRoot writes the root Secret the way cert-manager does: tls.crt,
+// tls.key and ca.crt (the same root, self-signed).
+func (s *setup) putRoot(ca *certs.CA) {
+	s.t.Helper()
+	s.putRootData(corev1.SecretTypeTLS, map[string][]byte{
+		corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM, "ca.crt": ca.CertPEM,
+	})
+}
+
+// putRootData writes arbitrary root content; a change of type needs the
+// Secret recreated, since the type is immutable.
+func (s *setup) putRootData(typ corev1.SecretType, data map[string][]byte) {
+	s.t.Helper()
+	ctx := context.Background()
+	cur := &corev1.Secret{}
+	err := k8s.Get(ctx, s.root, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		s.t.Fatal(err)
+	case cur.Type == typ:
+		cur.Data = data
+		s.g.Expect(k8s.Update(ctx, cur)).To(Succeed())
+		return
+	default:
+		s.g.Expect(k8s.Delete(ctx, cur)).To(Succeed())
+	}
+	s.g.Expect(k8s.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.root.Namespace, Name: s.root.Name},
+		Type:       typ, Data: data,
+	})).To(Succeed())
+}
+
+func (s *setup) gatewaySecret() *corev1.Secret {
+	s.t.Helper()
+	gw := &corev1.Secret{}
+	s.g.Expect(k8s.Get(context.Background(), s.gateway, gw)).To(Succeed())
+	return gw
+}
+
+// getGateway is for Eventually: the gateway Secret, or an error while absent.
+func (s *setup) getGateway() (*corev1.Secret, error) {
+	gw := &corev1.Secret{}
+	return gw, k8s.Get(context.Background(), s.gateway, gw)
+}
+
+// rootsOf returns the subjects of the roots in a PEM bundle, in order.
+func rootsOf(pemData []byte) []string {
+	cs, err := bundle.ParseCertificates("ca.crt", pemData)
+	if err != nil {
+		return []string{"unparseable: " + err.Error()}
+	}
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Subject.CommonName
+	}
+	return names
+}
+
+// gatewayView is what the assertions look at.
+type gatewayView struct {
+	Roots  []string // ca.crt subjects, in order
+	Server string   // tls.crt subject
+	Phase  string
+}
+
+func (s *setup) view() (gatewayView, error) {
+	gw, err := s.getGateway()
+	if err != nil {
+		return gatewayView{}, err
+	}
+	v := gatewayView{Roots: rootsOf(gw.Data["ca.crt"]), Phase: gw.Annotations[bundle.AnnotationPhase]}
+	if srv := rootsOf(gw.Data[corev1.TLSCertKey]); len(srv) > 0 {
+		v.Server = srv[0]
+	}
+	if !bundle.KeyMatches(gw.Data[corev1.TLSCertKey], gw.Data[corev1.TLSPrivateKeyKey]) {
+		v.Server = "mismatched key"
+	}
+	return v, nil
+}
+
+// events returns reason: note of the events in the test's namespace.
+func (s *setup) events() ([]string, error) {
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, e := range list.Items {
+		out = append(out, e.Reason+": "+e.Note)
+	}
+	return out, nil
+}
+
+func fingerprint(c *x509.Certificate) string { return bundle.Fingerprint(c) }

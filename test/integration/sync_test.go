@@ -1,0 +1,282 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/certs"
+)
+
+func TestANewRootCreatesTheGatewayFromIt(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	r1 := s.newRoot("root-1")
+	s.putRoot(r1)
+	s.start(syncer.Config{Options: s.options()})
+
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-1"}, Server: "root-1", Phase: "Steady"}))
+	gw := s.gatewaySecret()
+	s.g.Expect(gw.Type).To(Equal(corev1.SecretTypeTLS))
+	s.g.Expect(gw.Data[corev1.TLSCertKey]).To(Equal(r1.CertPEM))
+	s.g.Expect(gw.Data[corev1.TLSPrivateKeyKey]).To(Equal(r1.KeyPEM))
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r1.Cert)))
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationServer, fingerprint(r1.Cert)))
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationBundleHash, bundle.Hash(gw.Data["ca.crt"])))
+	s.g.Expect(gw.Annotations).To(HaveKey(bundle.AnnotationRootAddedAt))
+}
+
+func TestARotationKeepsTheOldRootTrustedAndTheServerOnIt(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(s.view, time.Second, 10*time.Millisecond).Should(And(
+		HaveField("Roots", []string{"root-2", "root-1"}),
+		HaveField("Server", "root-1")))
+	// The propagation delay (1s here) passes: clients would be renewed now,
+	// but the server stays on root-1 until the grace period.
+	s.g.Eventually(s.view).Should(HaveField("Phase", "Renewing"))
+	s.g.Consistently(s.view).Should(HaveField("Server", "root-1"))
+	s.g.Eventually(s.events).Should(ContainElements(
+		HavePrefix(bundle.ReasonRootRotated+": new root \"root-2\""),
+		HavePrefix(bundle.ReasonBundleUpdated+": trust bundle now holds 2 roots")))
+	gw := s.gatewaySecret()
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r2.Cert)))
+}
+
+func TestWithoutClientTrackingTheServerSwitchesWhenTheGracePeriodEnds(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	o := s.options()
+	o.ServerSwitchGrace = 3 * time.Second
+	s.start(syncer.Config{Options: o})
+	s.g.Eventually(s.view).Should(HaveField("Server", "root-1"))
+
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
+	// Nothing is known of the clients, so root-1 stays trusted until it expires.
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-2", Phase: "Retiring"}))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonServerSwitched + ": grace period 3s is over")))
+	gw := s.gatewaySecret()
+	added, _ := time.Parse(time.RFC3339, gw.Annotations[bundle.AnnotationRootAddedAt])
+	switched, _ := time.Parse(time.RFC3339, gw.Annotations[bundle.AnnotationServerSwitchedAt])
+	s.g.Expect(switched.Sub(added)).To(BeNumerically(">=", o.ServerSwitchGrace))
+}
+
+func TestAServerRootAboutToExpireIsSwitchedAwayFromThenRetired(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	now := time.Now()
+	r1, err := certs.NewCA("root-1", now.Add(-time.Hour), now.Add(6*time.Second))
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.putRoot(r1)
+	o := s.options()
+	o.PollInterval = 500 * time.Millisecond
+	s.start(syncer.Config{Options: o})
+	s.g.Eventually(s.view).Should(HaveField("Server", "root-1"))
+
+	// root-1 expires within the safety margin: waiting for the grace period
+	// would leave the gateway presenting an expired certificate.
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-2", Phase: "Retiring"}))
+	s.g.Eventually(s.view, 15*time.Second).Should(Equal(gatewayView{Roots: []string{"root-2"}, Server: "root-2", Phase: "Steady"}))
+	s.g.Eventually(s.events).Should(ContainElements(
+		HavePrefix(bundle.ReasonServerSwitchForced+": server switched to the new root before every client was ready: server root \"root-1\""),
+		HavePrefix(bundle.ReasonRootRetired+": root \"root-1\"")))
+}
+
+func TestLegacyCopiesTheRootPlainly(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	o := s.options()
+	o.Legacy = true
+	s.start(syncer.Config{Options: o})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(func(g Gomega) {
+		gw, err := s.getGateway()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(gw.Data).To(Equal(map[string][]byte{
+			corev1.TLSCertKey: r2.CertPEM, corev1.TLSPrivateKeyKey: r2.KeyPEM, "ca.crt": r2.CertPEM}))
+		g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy))
+	}, time.Second, 10*time.Millisecond).Should(Succeed())
+}
+
+func TestThePollAloneBringsTheGatewayUpToDate(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	o := s.options()
+	o.PollInterval = time.Second
+	d := s.start(syncer.Config{Options: o, DisableWatches: true})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+
+	// With no watch, only the poll can see this rotation.
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view, 3*time.Second).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+	s.g.Expect(d.r.Reconciles()).To(BeNumerically(">=", 2))
+}
+
+func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.putRoot(s.newRoot("root-2"))
+	want := gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}
+	s.g.Eventually(s.view).Should(Equal(want))
+	good := s.gatewaySecret()
+	ctx := context.Background()
+
+	// Another controller's annotation and label survive every write.
+	gw := good.DeepCopy()
+	gw.Annotations["example.com/owner"] = "platform-team"
+	gw.Labels = map[string]string{"app": "gateway"}
+	s.g.Expect(k8s.Update(ctx, gw)).To(Succeed())
+
+	edits := map[string]func(*corev1.Secret){
+		"ca.crt garbage": func(gw *corev1.Secret) { gw.Data["ca.crt"] = []byte("not a bundle") },
+		"ca.crt replaced by another CA": func(gw *corev1.Secret) {
+			gw.Data["ca.crt"] = certs.MustCA(t, "intruder", time.Hour).CertPEM
+		},
+		"another CA added to ca.crt": func(gw *corev1.Secret) {
+			gw.Data["ca.crt"] = append(gw.Data["ca.crt"], certs.MustCA(t, "intruder", time.Hour).CertPEM...)
+		},
+		"dualca annotation changed": func(gw *corev1.Secret) { gw.Annotations[bundle.AnnotationPhase] = "Steady" },
+	}
+	for name, edit := range edits {
+		gw := s.gatewaySecret()
+		edit(gw)
+		s.g.Expect(k8s.Update(ctx, gw)).To(Succeed(), name)
+		s.g.Eventually(func(g Gomega) {
+			cur, err := s.getGateway()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cur.Data).To(Equal(good.Data), name)
+			g.Expect(cur.Annotations).To(HaveKeyWithValue("example.com/owner", "platform-team"), name)
+			g.Expect(cur.Labels).To(HaveKeyWithValue("app", "gateway"), name)
+		}).Should(Succeed(), name)
+	}
+	s.g.Eventually(s.view).Should(Equal(want))
+
+	// A deleted gateway comes back at once. Its old server credential is
+	// gone with it, so it comes back serving from the current root.
+	s.g.Expect(k8s.Delete(ctx, s.gatewaySecret())).To(Succeed())
+	s.g.Eventually(s.view).Should(And(HaveField("Server", "root-2"), HaveField("Roots", ContainElement("root-2"))))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonBundleUpdated + ": gateway Secret created")))
+}
+
+func TestNothingChangesNothingIsWritten(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	s.putRoot(s.newRoot("root-2")) // a rotation in progress has timestamps: they must not churn
+	o := s.options()
+	o.PollInterval = 50 * time.Millisecond
+	d := s.start(syncer.Config{Options: o})
+	s.g.Eventually(s.view).Should(HaveField("Phase", "Steady"))
+	rv := s.gatewaySecret().ResourceVersion
+	before := d.r.Reconciles()
+	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", before+30))
+	s.g.Expect(s.gatewaySecret().ResourceVersion).To(Equal(rv))
+}
+
+func TestFlippingTheStrategyConvertsTheSameSecretBothWays(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	r1 := s.newRoot("root-1")
+	s.putRoot(r1)
+	legacy := s.options()
+	legacy.Legacy = true
+	d := s.start(syncer.Config{Options: legacy})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	uid := s.gatewaySecret().UID
+	d.stop()
+
+	// The root rotates while the installation is being switched over:
+	// the legacy copy is adopted, so root-1 stays trusted and served.
+	s.putRoot(s.newRoot("root-2"))
+	d = s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
+	s.g.Expect(s.gatewaySecret().Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
+	d.stop()
+
+	// And back: a plain copy of the root again.
+	s.start(syncer.Config{Options: legacy})
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2"}, Server: "root-2"}))
+	gw := s.gatewaySecret()
+	s.g.Expect(gw.UID).To(Equal(uid))
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy))
+	s.g.Expect(gw.Annotations).NotTo(HaveKey(bundle.AnnotationBundleHash))
+}
+
+func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	d := s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+	before := s.gatewaySecret()
+	d.stop()
+
+	// Restarted on the same world: nothing to do, nothing written, and the
+	// time root-2 entered the bundle is the recorded one, not the restart's.
+	d = s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", 1))
+	after := s.gatewaySecret()
+	s.g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
+	d.stop()
+
+	// Stopped again, and a third root arrives while it is down.
+	s.putRoot(s.newRoot("root-3"))
+	s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-3", "root-2", "root-1"}))
+	s.g.Consistently(s.view).Should(And(
+		HaveField("Roots", []string{"root-3", "root-2", "root-1"}),
+		HaveField("Server", "root-1")))
+}
+
+func TestOnlyTheWatchedSecretsAreCached(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	ctx := context.Background()
+	for i := range 500 {
+		s.g.Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: fmt.Sprintf("unrelated-%03d", i)},
+			Data:       map[string][]byte{"payload": make([]byte, 1024)},
+		})).To(Succeed())
+	}
+	s.putRoot(s.newRoot("root-1"))
+	d := s.start(syncer.Config{Options: s.options()})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+
+	caches := d.r.Caches()
+	s.g.Expect(caches).To(HaveLen(2))
+	for i, want := range []string{s.root.Name, s.gateway.Name} {
+		var list corev1.SecretList
+		s.g.Eventually(func(g Gomega) {
+			g.Expect(caches[i].List(ctx, &list)).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+			g.Expect(list.Items[0].Name).To(Equal(want))
+		}).Should(Succeed())
+	}
+}
