@@ -108,12 +108,12 @@ func (r *Reconciler) readRoot(ctx context.Context) (*bundle.Root, *corev1.Secret
 	s := &corev1.Secret{}
 	if err := r.reader.Get(ctx, key, s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, &bundle.InvalidError{Field: "secret", Reason: "root secret " + key.String() + " not found"}
+			return nil, nil, &bundle.InvalidError{Reason: "root secret " + key.String() + " not found"}
 		}
 		return nil, nil, fmt.Errorf("reading root secret %s: %w", key, err)
 	}
-	if s.Type != corev1.SecretTypeTLS && s.Type != corev1.SecretTypeOpaque {
-		return nil, s, &bundle.InvalidError{Field: "type", Reason: fmt.Sprintf("root secret has type %q, want %q", s.Type, corev1.SecretTypeTLS)}
+	if s.Type != corev1.SecretTypeTLS {
+		return nil, s, &bundle.InvalidError{Reason: fmt.Sprintf("root secret has type %q, want %q", s.Type, corev1.SecretTypeTLS)}
 	}
 	root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], r.cfg.Clock.Now())
 	return root, s, err

@@ -163,6 +163,12 @@ func (s *setup) putRootData(typ corev1.SecretType, data map[string][]byte) {
 	})).To(Succeed())
 }
 
+func (s *setup) deleteRoot() {
+	s.t.Helper()
+	err := k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.root.Namespace, Name: s.root.Name}})
+	s.g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+}
+
 func (s *setup) gatewaySecret() *corev1.Secret {
 	s.t.Helper()
 	gw := &corev1.Secret{}

@@ -1,0 +1,59 @@
+# dualca — make help lists the targets.
+#
+# Everything is built from the Go module proxy into ./bin (git-ignored):
+# dualca itself, and the kube-apiserver and etcd the tests run against.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO       ?= go
+BIN      := $(CURDIR)/bin
+FUZZTIME ?= 1m
+
+include test/tools/tools.mk
+
+export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
+
+GO_SOURCES := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './bin/*') go.mod go.sum
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BIN)/dualca: $(GO_SOURCES)
+	@mkdir -p $(BIN)
+	$(GO) build -o $@ ./cmd/dualca
+
+.PHONY: build
+build: $(BIN)/dualca ## build bin/dualca
+
+.PHONY: test
+test: control-plane ## run every test: unit, fuzz seeds, model, integration on a real kube-apiserver + etcd
+	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: test-unit
+test-unit: ## run the tests that need no control plane
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/integration)
+
+.PHONY: test-integration
+test-integration: control-plane ## run the integration tests against the local control plane
+	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+
+.PHONY: fuzz
+fuzz: ## fuzz the PEM parser and root validation for FUZZTIME each (default 1m)
+	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzParseCertificates$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzValidateRoot$$' -fuzztime $(FUZZTIME)
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: demo
+demo: control-plane $(BIN)/dualca ## start a local control plane and dualca, rotate the root twice, show the gateway (LEGACY=1 for the legacy strategy)
+	$(GO) run ./test/demo -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
+
+.PHONY: clean
+clean: ## remove ./bin
+	rm -rf $(BIN)

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// apiServer counts every request that reaches it.
+func apiServer(t *testing.T) (kubeconfig string, requests *atomic.Int64) {
+	requests = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, srv.URL)
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, requests
+}
+
+func TestABadFlagFailsBeforeAnyAPICall(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"a root secret without a namespace": {[]string{"--root-secret=nonsense", "--gateway-secret=ns/gw"}, `--root-secret="nonsense": want NAMESPACE/NAME`},
+		"a missing gateway secret":          {[]string{"--root-secret=ns/root"}, "--gateway-secret is required"},
+		"the gateway is the root":           {[]string{"--root-secret=ns/a", "--gateway-secret=ns/a"}, "--gateway-secret must differ from --root-secret"},
+		"an invalid namespace":              {[]string{"--root-secret=Not_A_Namespace/a", "--gateway-secret=ns/gw"}, `namespace "Not_A_Namespace"`},
+		"a negative poll interval":          {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "--poll-interval=-5s"}, "--poll-interval must be positive"},
+		"a grace shorter than the delay": {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw",
+			"--trust-propagation-delay=10m", "--server-switch-grace=5m"}, "--server-switch-grace (5m0s) must be longer than --trust-propagation-delay (10m0s)"},
+		"a duration that is not one": {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "--poll-interval=often"}, `invalid value "often" for flag -poll-interval`},
+		"an unknown flag":            {[]string{"--root=ns/a"}, "flag provided but not defined: -root"},
+		"a stray argument":           {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "extra"}, `unexpected argument "extra"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			kubeconfig, requests := apiServer(t)
+			err := run(context.Background(), append([]string{"--kubeconfig=" + kubeconfig}, tc.args...))
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+			g.Expect(requests.Load()).To(BeZero(), "no request may reach the API server")
+		})
+	}
+}
+
+// The control for the test above: with good flags the same fake API server
+// is reached, so a zero there means something.
+func TestGoodFlagsReachTheAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	kubeconfig, requests := apiServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--kubeconfig=" + kubeconfig, "--root-secret=ns/root", "--gateway-secret=ns/gw",
+			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"})
+	}()
+	g.Eventually(requests.Load, 10*time.Second).Should(BeNumerically(">", 0))
+	cancel()
+	g.Eventually(done, 40*time.Second).Should(Receive())
+}
