@@ -195,7 +195,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		}
 		expired := !m.now.Before(r.NotAfter)
 		unused := switched && m.tracked && !m.now.Before(m.gw.State.SwitchedAt.Add(m.timings.TrustPropagationDelay)) && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
-			return m.now.Before(c.leaf.NotAfter) && bundle.ChainsTo(c.leaf, r)
+			return !m.now.After(c.leaf.NotAfter) && bundle.ChainsTo(c.leaf, r)
 		})
 		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
 		m.check(bundle.Fingerprint(r) != bundle.Fingerprint(server), "invariant 2: the server root was retired")

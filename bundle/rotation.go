@@ -53,13 +53,13 @@ type Client struct {
 // On reports whether the client has moved to root: its leaf chains to it
 // and it trusts it, so it will accept a server credential from it.
 func (c Client) On(root *x509.Certificate, now time.Time) bool {
-	return c.Leaf != nil && now.Before(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root) && Contains(c.CA, root)
+	return c.Leaf != nil && !now.After(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root) && Contains(c.CA, root)
 }
 
 // Uses reports whether the client still depends on root being trusted by
 // the gateway: its unexpired leaf chains to it.
 func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
-	return c.Leaf != nil && now.Before(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root)
+	return c.Leaf != nil && !now.After(c.Leaf.NotAfter) && ChainsTo(c.Leaf, root)
 }
 
 // Clients is what dualca knows of the selected client Certificates.
@@ -103,7 +103,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	adopting := prev.Strategy != StrategyZeroDowntime
 	var events []Event
 
-	trusted, edited := trustedRoots(gw, adopting)
+	trusted, edited := trustedRoots(gw, clients, adopting)
 	if edited {
 		events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
 			Message: "ca.crt was changed outside dualca; restoring the roots dualca recorded"})
@@ -117,7 +117,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	}
 	if prev.Root != root.Fingerprint {
 		st.Root, st.RootAddedAt = root.Fingerprint, now
-		if gw.Exists {
+		if gw.Exists && (prev.Root != "" || !Contains(trusted, root.Cert)) {
 			events = append(events, Event{Reason: ReasonRootRotated,
 				Message: "new root " + describe(root.Cert) + " is trusted next to the roots in use"})
 		}
@@ -166,7 +166,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	st.Phase = phaseOf(server, root.Cert, len(kept), st.RootAddedAt, t, now)
 
 	d := Decision{CertPEM: serverCertPEM, KeyPEM: serverKeyPEM, CAPEM: caPEM, State: st, Events: events,
-		NextCheck: nextCheck(st, server, kept, t, now)}
+		NextCheck: nextCheck(st, server, kept, clients, t, now)}
 	if clients.Tracked {
 		p := progress(clients, root.Cert, now)
 		d.State.Clients = &p
@@ -184,13 +184,19 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 // keeps only the roots dualca had recorded, so a hand-added CA is removed and
 // garbage is dropped. An adopted one (new, legacy, or stripped of dualca's
 // annotations) seeds the bundle with every CA it holds.
-func trustedRoots(gw Gateway, adopting bool) (roots []*x509.Certificate, edited bool) {
+//
+// A recorded root whose bytes the edit removed is taken back from the
+// clients' ca.crt, where cert-manager put it when it issued their leaves.
+func trustedRoots(gw Gateway, clients Clients, adopting bool) (roots []*x509.Certificate, edited bool) {
 	all := casIn(gw.CAPEM)
 	if adopting || Hash(gw.CAPEM) == gw.State.BundleHash {
 		return all, false
 	}
+	for _, c := range clients.Items {
+		all = append(all, c.CA...)
+	}
 	for _, c := range all {
-		if slices.Contains(gw.State.BundleRoots, Fingerprint(c)) {
+		if c.BasicConstraintsValid && c.IsCA && slices.Contains(gw.State.BundleRoots, Fingerprint(c)) {
 			roots = append(roots, c)
 		}
 	}
@@ -324,15 +330,24 @@ func usedByAny(clients Clients, root *x509.Certificate, now time.Time) bool {
 
 // nextCheck is the first moment after now at which time alone changes what
 // Plan decides: the end of the propagation delay or of the grace period,
-// the server root entering its expiry margin, or a root in the bundle expiring.
-func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, t Timings, now time.Time) time.Time {
+// the server root entering its expiry margin, a root in the bundle or a
+// client's leaf expiring. Decisions see whole seconds and expiry is "after
+// NotAfter", hence the second added to the expiry moments.
+func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time) time.Time {
 	moments := []time.Time{
 		st.RootAddedAt.Add(t.TrustPropagationDelay),
-		st.SwitchedAt.Add(t.TrustPropagationDelay),
-		server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew)),
+		server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second),
 	}
 	if st.Server != st.Root {
 		moments = append(moments, st.RootAddedAt.Add(t.ServerSwitchGrace))
+	}
+	if clients.Tracked {
+		moments = append(moments, st.SwitchedAt.Add(t.TrustPropagationDelay))
+		for _, c := range clients.Items {
+			if c.Leaf != nil {
+				moments = append(moments, c.Leaf.NotAfter.Add(time.Second))
+			}
+		}
 	}
 	for _, c := range kept {
 		moments = append(moments, c.NotAfter.Add(time.Second))

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -73,7 +74,43 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 	if bytes.Equal(leaf.Raw, root.Raw) {
 		return true
 	}
-	return bytes.Equal(leaf.RawIssuer, root.RawSubject) && leaf.CheckSignatureFrom(root) == nil
+	if !bytes.Equal(leaf.RawIssuer, root.RawSubject) {
+		return false
+	}
+	return signatures.verify(leaf, root)
+}
+
+// signatures remembers signature checks. A decision asks whether each
+// client's leaf chains to each root in the bundle, at every reconcile, and
+// roots of one CA share a subject name, so without it thousands of clients
+// would cost thousands of public-key operations per reconcile. The result
+// is a pure function of the two certificates' bytes, so it never goes stale.
+var signatures = signatureCache{seen: map[[2][sha256.Size]byte]bool{}}
+
+// maxSignatureCache bounds the memory: about 100 bytes an entry.
+const maxSignatureCache = 1 << 16
+
+type signatureCache struct {
+	mu   sync.Mutex
+	seen map[[2][sha256.Size]byte]bool
+}
+
+func (c *signatureCache) verify(leaf, root *x509.Certificate) bool {
+	key := [2][sha256.Size]byte{sha256.Sum256(leaf.Raw), sha256.Sum256(root.Raw)}
+	c.mu.Lock()
+	ok, found := c.seen[key]
+	c.mu.Unlock()
+	if found {
+		return ok
+	}
+	ok = leaf.CheckSignatureFrom(root) == nil
+	c.mu.Lock()
+	if len(c.seen) >= maxSignatureCache {
+		clear(c.seen) // simpler than an LRU, and a refill costs one pass
+	}
+	c.seen[key] = ok
+	c.mu.Unlock()
+	return ok
 }
 
 // Contains reports whether set holds a certificate with c's fingerprint.

@@ -86,6 +86,14 @@ func ParseState(annotations map[string]string) State {
 		SwitchedAt:  parseTime(annotations[AnnotationServerSwitchedAt]),
 		BundleHash:  annotations[AnnotationBundleHash],
 	}
+	if s.Strategy != StrategyZeroDowntime && s.Strategy != StrategyLegacy {
+		s.Strategy = ""
+	}
+	switch s.Phase {
+	case PhaseBundle, PhaseRenewing, PhaseRetiring, PhaseSteady:
+	default:
+		s.Phase = ""
+	}
 	if v := annotations[AnnotationBundleRoots]; v != "" {
 		s.BundleRoots = strings.Split(v, ",")
 	}

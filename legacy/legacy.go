@@ -37,7 +37,7 @@ func Plan(gw bundle.Gateway, root *bundle.Root, _ time.Time) bundle.Decision {
 		d.Events = append(d.Events, bundle.Event{Reason: bundle.ReasonRootRotated,
 			Message: "legacy strategy: gateway now copies root " + bundle.Short(root.Fingerprint) + "; clients of the old root lose trust"})
 	}
-	if string(gw.CAPEM) != string(root.CAPEM) || string(gw.CertPEM) != string(root.CertPEM) {
+	if string(gw.CAPEM) != string(root.CAPEM) || string(gw.CertPEM) != string(root.CertPEM) || string(gw.KeyPEM) != string(root.KeyPEM) {
 		d.Events = append(d.Events, bundle.Event{Reason: bundle.ReasonBundleUpdated,
 			Message: "legacy strategy: gateway Secret replaced by a copy of the root"})
 	}
