@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -46,6 +47,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	var (
 		d       bundle.Decision
 		gateway *corev1.Secret
+		wrote   bool
 	)
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		root, rootObj, err := r.readRoot(ctx)
@@ -57,7 +59,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			return err
 		}
 		d = r.decide(gw, root)
-		gateway, err = r.write(ctx, current, d)
+		gateway, wrote, err = r.write(ctx, current, d)
 		return err
 	})
 	if err != nil {
@@ -66,6 +68,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	r.lastInvalid.Store("")
 	r.synced.Store(true)
 	r.reconciles.Add(1)
+	if wrote {
+		logf.FromContext(ctx).Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
+			"root", bundle.Short(d.State.Root), "server", bundle.Short(d.State.Server), "roots", len(d.State.BundleRoots))
+	}
 	for _, e := range d.Events {
 		r.event(gateway, e)
 	}
@@ -145,7 +151,7 @@ func (r *Reconciler) readGateway(ctx context.Context) (*corev1.Secret, bundle.Ga
 // when it already does. Updates carry the resourceVersion that was read, so
 // a concurrent writer makes this fail with a conflict and the caller
 // re-reads and decides again instead of overwriting.
-func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle.Decision) (*corev1.Secret, error) {
+func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle.Decision) (*corev1.Secret, bool, error) {
 	desired := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.cfg.GatewaySecret.Namespace, Name: r.cfg.GatewaySecret.Name},
 		Type:       corev1.SecretTypeTLS,
@@ -165,22 +171,22 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 		if err := r.writer.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Someone created it between our read and our write: decide again.
-				return nil, apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
+				return nil, false, apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
 			}
-			return nil, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
+			return nil, false, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 		}
-		return desired, nil
+		return desired, true, nil
 	}
 	if unchanged(current, desired) {
-		return current, nil
+		return current, false, nil
 	}
 	if err := r.writer.Update(ctx, desired); err != nil {
 		if apierrors.IsConflict(err) {
-			return nil, err
+			return nil, false, err
 		}
-		return nil, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
+		return nil, false, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
-	return desired, nil
+	return desired, true, nil
 }
 
 // mergeAnnotations replaces dualca's annotations and keeps everyone else's.

@@ -93,6 +93,10 @@ func (s *setup) start(cfg syncer.Config) *dualca {
 	}}
 	s.t.Cleanup(func() {
 		d.stop()
+		// Secrets stay secret: no PEM, not even a line of one, in the log.
+		if strings.Contains(logs.String(), "-----BEGIN") || strings.Contains(logs.String(), "MIIB") {
+			s.t.Errorf("the log contains certificate or key material")
+		}
 		if s.t.Failed() {
 			s.t.Logf("dualca log:\n%s", logs.String())
 		}
