@@ -3,12 +3,16 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
@@ -279,4 +283,55 @@ func TestOnlyTheWatchedSecretsAreCached(t *testing.T) {
 			g.Expect(list.Items[0].Name).To(Equal(want))
 		}).Should(Succeed())
 	}
+}
+
+func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.HealthProbeBindAddress = freeAddress(t)
+	s.start(syncer.Config{Options: o})
+	probe := func(path string) func() (int, error) {
+		return func() (int, error) {
+			resp, err := http.Get("http://" + o.HealthProbeBindAddress + path)
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+	}
+	// Alive, but not ready while there is no root to sync from.
+	s.g.Eventually(probe("/healthz")).Should(Equal(http.StatusOK))
+	s.g.Consistently(probe("/readyz"), 500*time.Millisecond).Should(Equal(http.StatusInternalServerError))
+
+	s.putRoot(s.newRoot("root-1"))
+	s.g.Eventually(probe("/readyz")).Should(Equal(http.StatusOK))
+	s.g.Expect(s.view()).To(HaveField("Roots", []string{"root-1"}))
+}
+
+func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.putRoot(s.newRoot("root-1"))
+	o := s.options()
+	o.LeaderElect = true
+	s.start(syncer.Config{Options: o})
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	lease := &coordinationv1.Lease{}
+	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: "dualca-" + s.gateway.Name}, lease)).To(Succeed())
+	s.g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+}
+
+// freeAddress is a loopback address with a port nobody listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
