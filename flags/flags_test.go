@@ -1,0 +1,76 @@
+package flags
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	base := []string{"--root-secret=istio-system/root-ca", "--gateway-secret=istio-system/gateway-credential"}
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+		check   func(g *WithT, o Options)
+	}{
+		"the defaults are those documented": {
+			args: base,
+			check: func(g *WithT, o Options) {
+				g.Expect(o.RootSecret).To(Equal(types.NamespacedName{Namespace: "istio-system", Name: "root-ca"}))
+				g.Expect(o.GatewaySecret).To(Equal(types.NamespacedName{Namespace: "istio-system", Name: "gateway-credential"}))
+				g.Expect(o.Legacy).To(BeFalse())
+				g.Expect(o.LeaderElect).To(BeFalse())
+				g.Expect(o.PollInterval).To(Equal(5 * time.Minute))
+				g.Expect(o.ServerSwitchGrace).To(BeNumerically(">", o.TrustPropagationDelay))
+			},
+		},
+		"the legacy flag and durations in seconds are taken": {
+			args: append(base, "--cert-management-legacy", "--poll-interval=1s", "--trust-propagation-delay=2s", "--server-switch-grace=3s"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.Legacy).To(BeTrue())
+				g.Expect([]time.Duration{o.PollInterval, o.TrustPropagationDelay, o.ServerSwitchGrace}).To(Equal([]time.Duration{time.Second, 2 * time.Second, 3 * time.Second}))
+			},
+		},
+		"root and gateway may live in different namespaces": {
+			args: []string{"--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw"},
+			check: func(g *WithT, o Options) {
+				g.Expect(o.RootSecret.Namespace).NotTo(Equal(o.GatewaySecret.Namespace))
+			},
+		},
+		"a zero propagation delay is allowed":           {args: append(base, "--trust-propagation-delay=0s")},
+		"a missing root secret is named":                {args: base[1:], wantErr: "--root-secret is required"},
+		"a name with a slash too many is refused":       {args: []string{"--root-secret=a/b/c", base[1]}, wantErr: "want NAMESPACE/NAME"},
+		"an upper-case name is refused":                 {args: []string{"--root-secret=ns/Root", base[1]}, wantErr: `name "Root"`},
+		"a zero poll interval is refused":               {args: append(base, "--poll-interval=0s"), wantErr: "--poll-interval must be positive"},
+		"a negative propagation delay is refused":       {args: append(base, "--trust-propagation-delay=-1s"), wantErr: "--trust-propagation-delay must not be negative"},
+		"an invalid leader election namespace is named": {args: append(base, "--leader-election-namespace=No"), wantErr: "--leader-election-namespace"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			o, err := Parse("dualca", tc.args)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if tc.check != nil {
+				tc.check(g, o)
+			}
+		})
+	}
+}
+
+func TestAllProblemsAreReportedTogether(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	_, err := Parse("dualca", []string{"--poll-interval=0s"})
+	g.Expect(err).To(MatchError(And(
+		ContainSubstring("--root-secret is required"),
+		ContainSubstring("--gateway-secret is required"),
+		ContainSubstring("--poll-interval must be positive"))))
+}
