@@ -85,7 +85,7 @@ func TestAServerRootAboutToExpireIsSwitchedAwayFromThenRetired(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	now := time.Now()
-	r1, err := certs.NewCA("root-1", now.Add(-time.Hour), now.Add(6*time.Second))
+	r1, err := certs.NewCA("root-1", now.Add(-time.Hour), now.Add(10*time.Second))
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.putRoot(r1)
 	o := s.options()
@@ -97,7 +97,7 @@ func TestAServerRootAboutToExpireIsSwitchedAwayFromThenRetired(t *testing.T) {
 	// would leave the gateway presenting an expired certificate.
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-2", Phase: "Retiring"}))
-	s.g.Eventually(s.view, 15*time.Second).Should(Equal(gatewayView{Roots: []string{"root-2"}, Server: "root-2", Phase: "Steady"}))
+	s.g.Eventually(s.view, 20*time.Second).Should(Equal(gatewayView{Roots: []string{"root-2"}, Server: "root-2", Phase: "Steady"}))
 	s.g.Eventually(s.events).Should(ContainElements(
 		HavePrefix(bundle.ReasonServerSwitchForced+": server switched to the new root before every client was ready: server root \"root-1\""),
 		HavePrefix(bundle.ReasonRootRetired+": root \"root-1\"")))
@@ -234,8 +234,11 @@ func TestFlippingTheStrategyConvertsTheSameSecretBothWays(t *testing.T) {
 func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
+	// Long enough that no phase ends by time alone during the test.
+	o := s.options()
+	o.TrustPropagationDelay = time.Minute
 	s.putRoot(s.newRoot("root-1"))
-	d := s.start(syncer.Config{Options: s.options()})
+	d := s.start(syncer.Config{Options: o})
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
@@ -244,7 +247,7 @@ func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 
 	// Restarted on the same world: nothing to do, nothing written, and the
 	// time root-2 entered the bundle is the recorded one, not the restart's.
-	d = s.start(syncer.Config{Options: s.options()})
+	d = s.start(syncer.Config{Options: o})
 	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", 1))
 	after := s.gatewaySecret()
 	s.g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
@@ -252,7 +255,7 @@ func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 
 	// Stopped again, and a third root arrives while it is down.
 	s.putRoot(s.newRoot("root-3"))
-	s.start(syncer.Config{Options: s.options()})
+	s.start(syncer.Config{Options: o})
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-3", "root-2", "root-1"}))
 	s.g.Consistently(s.view).Should(And(
 		HaveField("Roots", []string{"root-3", "root-2", "root-1"}),
