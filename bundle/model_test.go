@@ -2,6 +2,7 @@ package bundle_test
 
 import (
 	"crypto/x509"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -334,15 +335,22 @@ func (m *model) settle() {
 	}
 }
 
+// modelHistories lets a long search run more histories than make test does:
+// go test ./bundle -run Model -model.histories=50000 -model.seed=N
+var (
+	modelHistories = flag.Int("model.histories", 1500, "random histories in the model test")
+	modelSeed      = flag.Uint64("model.seed", 0, "first seed of the model test's histories")
+)
+
 func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	t.Parallel()
-	histories, steps := 1500, 60
+	histories, steps := *modelHistories, 60
 	if testing.Short() {
-		histories = 200
+		histories = min(histories, 200)
 	}
 	var total model
-	for seed := range uint64(histories) {
-		m := newModel(t, seed)
+	for i := range uint64(histories) {
+		m := newModel(t, *modelSeed+i)
 		for range steps {
 			m.step()
 		}
