@@ -98,7 +98,13 @@ type Decision struct {
 // is pure, so a restart that reads the same Secret decides the same thing,
 // and the rotation invariants can be checked over random histories.
 func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Decision {
-	now = now.UTC().Truncate(time.Second)
+	now = now.UTC()
+	// Moments are recorded in whole seconds, rounded up, so that a recorded
+	// wait is never shorter than the one configured.
+	stamp := now.Truncate(time.Second)
+	if stamp.Before(now) {
+		stamp = stamp.Add(time.Second)
+	}
 	prev := gw.State
 	adopting := prev.Strategy != StrategyZeroDowntime
 	var events []Event
@@ -116,7 +122,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 		SwitchedAt:  prev.SwitchedAt,
 	}
 	if prev.Root != root.Fingerprint {
-		st.Root, st.RootAddedAt = root.Fingerprint, now
+		st.Root, st.RootAddedAt = root.Fingerprint, stamp
 		if gw.Exists && (prev.Root != "" || !Contains(trusted, root.Cert)) {
 			events = append(events, Event{Reason: ReasonRootRotated,
 				Message: "new root " + describe(root.Cert) + " is trusted next to the roots in use"})
@@ -124,19 +130,18 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	}
 	// A clock that went back must not stretch the wait into the far future,
 	// and one that never recorded a time starts counting now.
-	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(now) {
-		st.RootAddedAt = now
+	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(stamp) {
+		st.RootAddedAt = stamp
 	}
-
-	if st.SwitchedAt.After(now) {
-		st.SwitchedAt = now
+	if st.SwitchedAt.After(stamp) {
+		st.SwitchedAt = stamp
 	}
 
 	server, serverCertPEM, serverKeyPEM := currentServer(gw, prev, adopting, now)
 	sw := decideSwitch(server, root, clients, t, st.RootAddedAt, now, gw.Exists)
 	if sw.switchNow {
 		server, serverCertPEM, serverKeyPEM = root.Cert, root.CertPEM, root.KeyPEM
-		st.SwitchedAt = now
+		st.SwitchedAt = stamp
 		if sw.event != nil {
 			events = append(events, *sw.event)
 		}
@@ -331,8 +336,8 @@ func usedByAny(clients Clients, root *x509.Certificate, now time.Time) bool {
 // nextCheck is the first moment after now at which time alone changes what
 // Plan decides: the end of the propagation delay or of the grace period,
 // the server root entering its expiry margin, a root in the bundle or a
-// client's leaf expiring. Decisions see whole seconds and expiry is "after
-// NotAfter", hence the second added to the expiry moments.
+// client's leaf expiring. Certificates are valid through NotAfter (whole
+// seconds), hence the second added to the expiry moments.
 func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time) time.Time {
 	moments := []time.Time{
 		st.RootAddedAt.Add(t.TrustPropagationDelay),

@@ -882,7 +882,7 @@ func TestPlanOnASkewedClock(t *testing.T) {
 			wantSwitchedAt:  rtNow,
 			wantNextCheck:   rtNow.Add(time.Minute),
 		},
-		"times are recorded to the second": {
+		"times are recorded in whole seconds, rounded up so that no wait is shortened": {
 			gw:         rtSecret{server: f.r1, roots: rtList(f.r1), root: f.r1, addedAt: rtNow.Add(-2 * h), switchedAt: rtNow.Add(-2 * h)}.gateway(),
 			root:       f.r2,
 			clients:    rtTracked(),
@@ -895,9 +895,9 @@ func TestPlanOnASkewedClock(t *testing.T) {
 				{reason: bundle.ReasonBundleUpdated},
 			},
 			wantProgress:    &bundle.Progress{},
-			wantRootAddedAt: rtNow,
+			wantRootAddedAt: rtNow.Add(time.Second),
 			wantSwitchedAt:  rtNow.Add(-2 * h),
-			wantNextCheck:   rtNow.Add(time.Minute),
+			wantNextCheck:   rtNow.Add(time.Second + time.Minute),
 		},
 	})
 }

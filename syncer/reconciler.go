@@ -83,13 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 func (r *Reconciler) requeueAfter(d bundle.Decision) time.Duration {
 	after := wait.Jitter(r.cfg.PollInterval, 0.1)
 	if !d.NextCheck.IsZero() {
-		// Decisions see whole seconds: the moment is reached in the first
-		// whole second at or after it.
-		at := d.NextCheck.Truncate(time.Second)
-		if at.Before(d.NextCheck) {
-			at = at.Add(time.Second)
-		}
-		if until := at.Sub(r.cfg.Clock.Now()) + 5*time.Millisecond; until < after {
+		if until := d.NextCheck.Sub(r.cfg.Clock.Now()) + 5*time.Millisecond; until < after {
 			after = max(until, 5*time.Millisecond)
 		}
 	}

@@ -174,6 +174,9 @@ func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
 			cur, err := s.getGateway()
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(cur.Data).To(Equal(good.Data), name)
+			for k, v := range good.Annotations {
+				g.Expect(cur.Annotations).To(HaveKeyWithValue(k, v), name)
+			}
 			g.Expect(cur.Annotations).To(HaveKeyWithValue("example.com/owner", "platform-team"), name)
 			g.Expect(cur.Labels).To(HaveKeyWithValue("app", "gateway"), name)
 		}).Should(Succeed(), name)
