@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -69,21 +71,39 @@ func (s *setup) options() flags.Options {
 
 // dualca is a running manager; stop ends it and waits until it returned.
 type dualca struct {
-	r    *syncer.Reconciler
-	stop func()
+	r *syncer.Reconciler
+	// writes counts the requests other than GET that it sent for Secrets.
+	writes func() int64
+	stop   func()
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (s *setup) start(cfg syncer.Config) *dualca {
 	s.t.Helper()
 	logs := &syncBuffer{}
 	cfg.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(logs))
-	mgr, r, err := syncer.NewManager(restConfig, cfg)
+	// Count dualca's writes to Secrets at the transport: a write that
+	// changes nothing leaves no trace on the API server's side.
+	writes := &atomic.Int64{}
+	rc := rest.CopyConfig(restConfig)
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/secrets") {
+				writes.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	mgr, r, err := syncer.NewManager(rc, cfg)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	var once sync.Once
-	d := &dualca{r: r, stop: func() {
+	d := &dualca{r: r, writes: writes.Load, stop: func() {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {

@@ -194,15 +194,20 @@ func TestNothingChangesNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	s.putRoot(s.newRoot("root-1"))
-	s.putRoot(s.newRoot("root-2")) // a rotation in progress has timestamps: they must not churn
 	o := s.options()
 	o.PollInterval = 50 * time.Millisecond
 	d := s.start(syncer.Config{Options: o})
 	s.g.Eventually(s.view).Should(HaveField("Phase", "Steady"))
+	// A rotation in progress carries timestamps and a phase: they must not
+	// churn either.
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(HaveField("Phase", "Renewing"))
 	rv := s.gatewaySecret().ResourceVersion
-	before := d.r.Reconciles()
+	writes, before := d.writes(), d.r.Reconciles()
 	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", before+30))
+	s.g.Expect(d.writes()).To(Equal(writes), "writes during 30 reconciles that had nothing to change")
 	s.g.Expect(s.gatewaySecret().ResourceVersion).To(Equal(rv))
+	s.g.Expect(writes).To(BeNumerically(">=", 3), "the count sees the writes that did happen: create, rotation, phase")
 }
 
 func TestFlippingTheStrategyConvertsTheSameSecretBothWays(t *testing.T) {
