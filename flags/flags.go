@@ -63,7 +63,8 @@ func Defaults() Options {
 }
 
 // AddFlags registers every option on fs. The kubeconfig flag is
-// controller-runtime's own, registered once through its config package.
+// controller-runtime's own, registered through its config package, which
+// binds it to a package-level variable: parse one FlagSet at a time.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.rootSecret, "root-secret", o.rootSecret,
 		"The cert-manager root CA Secret to follow, as NAMESPACE/NAME. Required.")

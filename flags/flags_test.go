@@ -8,8 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// Not parallel: controller-runtime binds --kubeconfig to a package-level
+// variable, so concurrent Parse calls would race on it.
 func TestParse(t *testing.T) {
-	t.Parallel()
 	base := []string{"--root-secret=istio-system/root-ca", "--gateway-secret=istio-system/gateway-credential"}
 	tests := map[string]struct {
 		args    []string
@@ -50,7 +51,6 @@ func TestParse(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
 			g := NewWithT(t)
 			o, err := Parse("dualca", tc.args)
 			if tc.wantErr != "" {
@@ -66,7 +66,6 @@ func TestParse(t *testing.T) {
 }
 
 func TestAllProblemsAreReportedTogether(t *testing.T) {
-	t.Parallel()
 	g := NewWithT(t)
 	_, err := Parse("dualca", []string{"--poll-interval=0s"})
 	g.Expect(err).To(MatchError(And(
