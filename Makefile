@@ -40,6 +40,10 @@ test-unit: ## run the tests that need no control plane
 test-integration: control-plane ## run the integration tests against the local control plane
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
 
+.PHONY: test-race
+test-race: control-plane ## every test under the race detector (the model test shortened)
+	$(GO) test -race -short -count=1 -timeout 20m ./...
+
 .PHONY: fuzz
 fuzz: ## fuzz the PEM parser and root validation for FUZZTIME each (default 1m)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzParseCertificates$$' -fuzztime $(FUZZTIME)
