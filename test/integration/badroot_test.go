@@ -63,10 +63,7 @@ func badRoots(t *testing.T, good *certs.CA) []badRoot {
 func TestABadRootNeverReachesTheGateway(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	r1 := s.newRoot("root-1")
-	s.putRoot(r1)
-	s.start(syncer.Config{Options: s.options()})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	_, r1 := s.startOnFirstRoot(syncer.Config{Options: s.options()})
 	before := s.gatewaySecret()
 
 	cases := badRoots(t, r1)

@@ -124,6 +124,17 @@ func (s *setup) start(cfg syncer.Config) *dualca {
 	return d
 }
 
+// startOnFirstRoot writes root-1, starts dualca and waits until the gateway
+// holds it: the starting point of most scenarios.
+func (s *setup) startOnFirstRoot(cfg syncer.Config) (*dualca, *certs.CA) {
+	s.t.Helper()
+	r1 := s.newRoot("root-1")
+	s.putRoot(r1)
+	d := s.start(cfg)
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	return d, r1
+}
+
 // syncBuffer collects the manager's log, shown when the test fails.
 type syncBuffer struct {
 	mu  sync.Mutex

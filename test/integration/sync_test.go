@@ -41,9 +41,7 @@ func TestANewRootCreatesTheGatewayFromIt(t *testing.T) {
 func TestARotationKeepsTheOldRootTrustedAndTheServerOnIt(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
-	s.start(syncer.Config{Options: s.options()})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.startOnFirstRoot(syncer.Config{Options: s.options()})
 
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
@@ -106,11 +104,9 @@ func TestAServerRootAboutToExpireIsSwitchedAwayFromThenRetired(t *testing.T) {
 func TestLegacyCopiesTheRootPlainly(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
 	o := s.options()
 	o.Legacy = true
-	s.start(syncer.Config{Options: o})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.startOnFirstRoot(syncer.Config{Options: o})
 
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
@@ -126,11 +122,9 @@ func TestLegacyCopiesTheRootPlainly(t *testing.T) {
 func TestThePollAloneBringsTheGatewayUpToDate(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
 	o := s.options()
 	o.PollInterval = time.Second
-	d := s.start(syncer.Config{Options: o, DisableWatches: true})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	d, _ := s.startOnFirstRoot(syncer.Config{Options: o, DisableWatches: true})
 
 	// With no watch, only the poll can see this rotation.
 	s.putRoot(s.newRoot("root-2"))
@@ -141,9 +135,7 @@ func TestThePollAloneBringsTheGatewayUpToDate(t *testing.T) {
 func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
-	s.start(syncer.Config{Options: s.options()})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.startOnFirstRoot(syncer.Config{Options: s.options()})
 	s.putRoot(s.newRoot("root-2"))
 	want := gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}
 	s.g.Eventually(s.view).Should(Equal(want))
@@ -213,12 +205,9 @@ func TestNothingChangesNothingIsWritten(t *testing.T) {
 func TestFlippingTheStrategyConvertsTheSameSecretBothWays(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	r1 := s.newRoot("root-1")
-	s.putRoot(r1)
 	legacy := s.options()
 	legacy.Legacy = true
-	d := s.start(syncer.Config{Options: legacy})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	d, _ := s.startOnFirstRoot(syncer.Config{Options: legacy})
 	uid := s.gatewaySecret().UID
 	d.stop()
 
@@ -245,9 +234,7 @@ func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 	// Long enough that no phase ends by time alone during the test.
 	o := s.options()
 	o.TrustPropagationDelay = time.Minute
-	s.putRoot(s.newRoot("root-1"))
-	d := s.start(syncer.Config{Options: o})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	d, _ := s.startOnFirstRoot(syncer.Config{Options: o})
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
 	before := s.gatewaySecret()
@@ -280,9 +267,7 @@ func TestOnlyTheWatchedSecretsAreCached(t *testing.T) {
 			Data:       map[string][]byte{"payload": make([]byte, 1024)},
 		})).To(Succeed())
 	}
-	s.putRoot(s.newRoot("root-1"))
-	d := s.start(syncer.Config{Options: s.options()})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	d, _ := s.startOnFirstRoot(syncer.Config{Options: s.options()})
 
 	caches := d.r.Caches()
 	s.g.Expect(caches).To(HaveLen(2))
@@ -324,11 +309,9 @@ func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
 func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
 	o := s.options()
 	o.LeaderElect = true
-	s.start(syncer.Config{Options: o})
-	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.startOnFirstRoot(syncer.Config{Options: o})
 	lease := &coordinationv1.Lease{}
 	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: "dualca-" + s.gateway.Name}, lease)).To(Succeed())
 	s.g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
