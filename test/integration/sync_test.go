@@ -62,11 +62,9 @@ func TestARotationKeepsTheOldRootTrustedAndTheServerOnIt(t *testing.T) {
 func TestWithoutClientTrackingTheServerSwitchesWhenTheGracePeriodEnds(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.putRoot(s.newRoot("root-1"))
 	o := s.options()
 	o.ServerSwitchGrace = 3 * time.Second
-	s.start(syncer.Config{Options: o})
-	s.g.Eventually(s.view).Should(HaveField("Server", "root-1"))
+	s.startOnFirstRoot(syncer.Config{Options: o})
 
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
