@@ -1,8 +1,8 @@
 package bundle
 
 import (
+	"bytes"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -109,39 +109,57 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	adopting := prev.Strategy != StrategyZeroDowntime
 	var events []Event
 
-	trusted, edited := trustedRoots(gw, clients, adopting)
+	trusted, edited := trustedRoots(gw, root, clients, adopting, now)
 	if edited {
 		events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
 			Message: "ca.crt was changed outside dualca; restoring the roots dualca recorded"})
 	}
 
 	st := State{
-		Strategy:    StrategyZeroDowntime,
-		Root:        prev.Root,
-		RootAddedAt: prev.RootAddedAt,
-		SwitchedAt:  prev.SwitchedAt,
+		Strategy:       StrategyZeroDowntime,
+		Root:           prev.Root,
+		RootAddedAt:    prev.RootAddedAt,
+		SwitchedAt:     prev.SwitchedAt,
+		ClientsReadyAt: prev.ClientsReadyAt,
 	}
 	if prev.Root != root.Fingerprint {
-		st.Root, st.RootAddedAt = root.Fingerprint, stamp
+		st.Root, st.RootAddedAt, st.ClientsReadyAt = root.Fingerprint, stamp, time.Time{}
 		if gw.Exists && (prev.Root != "" || !Contains(trusted, root.Cert)) {
 			events = append(events, Event{Reason: ReasonRootRotated,
 				Message: "new root " + describe(root.Cert) + " is trusted next to the roots in use"})
 		}
 	}
-	// A clock that went back must not stretch the wait into the far future,
+	// A clock that went back must not stretch a wait into the far future,
 	// and one that never recorded a time starts counting now.
 	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(stamp) {
 		st.RootAddedAt = stamp
 	}
-	if st.SwitchedAt.After(stamp) {
-		st.SwitchedAt = stamp
+	for _, at := range []*time.Time{&st.SwitchedAt, &st.ClientsReadyAt} {
+		if at.After(stamp) {
+			*at = stamp
+		}
 	}
 
-	server, serverCertPEM, serverKeyPEM := currentServer(gw, prev, adopting, now)
-	sw := decideSwitch(server, root, clients, t, st.RootAddedAt, now, gw.Exists)
+	found := readServer(gw, append(trusted, root.Cert))
+	if found != nil && !adopting && Fingerprint(found.root) != prev.Server {
+		found = nil // replaced by hand: not the credential dualca recorded
+	}
+	var serverRoot *x509.Certificate
+	if found != nil {
+		serverRoot = found.root
+	}
+	// Clients load a renewed Secret a moment after it is written: the server
+	// moves only once every client has been on the new root for the
+	// propagation delay, measured from when dualca first saw them all on it.
+	if p := progress(clients, root.Cert, now); !clients.Tracked || p.Pending+p.Failed > 0 || Fingerprint(serverRoot) == root.Fingerprint {
+		st.ClientsReadyAt = time.Time{}
+	} else if st.ClientsReadyAt.IsZero() {
+		st.ClientsReadyAt = stamp
+	}
+	sw := decideSwitch(serverRoot, root, clients, t, st, now, gw.Exists)
 	if sw.switchNow {
-		server, serverCertPEM, serverKeyPEM = root.Cert, root.CertPEM, root.KeyPEM
-		st.SwitchedAt = stamp
+		serverRoot, found = root.Cert, nil
+		st.SwitchedAt, st.ClientsReadyAt = stamp, time.Time{}
 		if sw.event != nil {
 			events = append(events, *sw.event)
 		}
@@ -150,10 +168,12 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	// Clients renewed just before the switch may not have reloaded their new
 	// leaf yet: unused roots wait the propagation delay after the switch.
 	settled := !now.Before(st.SwitchedAt.Add(t.TrustPropagationDelay))
-	kept, retired := retire(append(trusted, root.Cert, server), root.Cert, server, clients.Tracked && settled, clients, now)
+	kept, retired := retire(append(trusted, root.Cert, serverRoot), root.Cert, serverRoot, clients.Tracked && settled, clients, now)
 	for _, r := range retired {
 		events = append(events, Event{Reason: ReasonRootRetired, Message: "root " + describe(r.cert) + " retired: " + r.why})
 	}
+	cred, credEvents := credential(found, serverRoot, root, kept)
+	events = append(events, credEvents...)
 	caPEM := Encode(kept)
 	if !gw.Exists {
 		events = append(events, Event{Reason: ReasonBundleUpdated,
@@ -163,15 +183,15 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 			Message: "trust bundle now holds " + itoa(len(kept)) + " roots: " + describeAll(kept)})
 	}
 
-	st.Server = Fingerprint(server)
+	st.Server = Fingerprint(serverRoot)
 	st.BundleHash = Hash(caPEM)
 	for _, c := range kept {
 		st.BundleRoots = append(st.BundleRoots, Fingerprint(c))
 	}
-	st.Phase = phaseOf(server, root.Cert, len(kept), st.RootAddedAt, t, now)
+	st.Phase = phaseOf(serverRoot, root.Cert, len(kept), st.RootAddedAt, t, now)
 
-	d := Decision{CertPEM: serverCertPEM, KeyPEM: serverKeyPEM, CAPEM: caPEM, State: st, Events: events,
-		NextCheck: nextCheck(st, server, kept, clients, t, now)}
+	d := Decision{CertPEM: cred.pem(), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: events,
+		NextCheck: nextCheck(st, serverRoot, kept, clients, t, now)}
 	if clients.Tracked {
 		p := progress(clients, root.Cert, now)
 		d.State.Clients = &p
@@ -184,65 +204,114 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	return d
 }
 
+// credential returns the server credential for serverRoot: the one found if
+// it is usable, else a leaf issued now (from the current root's key, or from
+// the server root's own key when tls.crt still holds the legacy self-signed
+// form). It then carries a cross-certificate of serverRoot from every other
+// root in the bundle that signed one, and from the current root, issued now
+// if missing. Clients that trust any of these roots can verify the server.
+func credential(found *server, serverRoot *x509.Certificate, root *Root, kept []*x509.Certificate) (*server, []Event) {
+	var events []Event
+	s := found
+	if s == nil || s.selfSigned {
+		keyPEM := root.KeyPEM // no usable credential: the server just moved to root
+		if s != nil {
+			keyPEM = s.keyPEM
+		}
+		issued, err := issueServer(serverRoot, keyPEM)
+		if err != nil {
+			events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
+				Message: "could not issue a server certificate, presenting the root itself: " + err.Error()})
+			if s == nil {
+				s = &server{root: root.Cert, leaf: root.Cert, keyPEM: root.KeyPEM, selfSigned: true}
+			}
+			return s, events
+		}
+		s = issued
+	}
+	var crosses []*x509.Certificate
+	for _, k := range kept {
+		if Fingerprint(k) == Fingerprint(s.root) {
+			continue
+		}
+		if i := slices.IndexFunc(s.crosses, func(c *x509.Certificate) bool {
+			return crossSigner(c, s.root, []*x509.Certificate{k}) != nil
+		}); i >= 0 {
+			crosses = append(crosses, s.crosses[i])
+			continue
+		}
+		if Fingerprint(k) != root.Fingerprint {
+			continue // an older root: its key is gone, clients of it trust the server root itself
+		}
+		c, err := crossSign(s.root, root.Cert, root.KeyPEM)
+		if err != nil {
+			events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
+				Message: "clients of the new root cannot verify the server until it switches: " + err.Error()})
+			continue
+		}
+		crosses = append(crosses, c)
+	}
+	s.crosses = crosses
+	return s, events
+}
+
 // trustedRoots returns the CA certificates of the gateway's ca.crt that may
 // stay. A Secret dualca wrote and nobody edited is taken as is. An edited one
 // keeps only the roots dualca had recorded, so a hand-added CA is removed and
 // garbage is dropped. An adopted one (new, legacy, or stripped of dualca's
-// annotations) seeds the bundle with every CA it holds.
+// annotations) seeds the bundle with every CA it holds, and with the roots
+// the clients still use (see clientRoots): a legacy plain copy holds only
+// the current root, and switching back must not cut off the clients it
+// left behind.
 //
 // A recorded root whose bytes the edit removed is taken back from the
 // clients' ca.crt, where cert-manager put it when it issued their leaves.
-func trustedRoots(gw Gateway, clients Clients, adopting bool) (roots []*x509.Certificate, edited bool) {
+func trustedRoots(gw Gateway, root *Root, clients Clients, adopting bool, now time.Time) (roots []*x509.Certificate, edited bool) {
 	all := casIn(gw.CAPEM)
-	if adopting || Hash(gw.CAPEM) == gw.State.BundleHash {
+	if adopting {
+		return append(all, clientRoots(root, clients, now)...), false
+	}
+	if Hash(gw.CAPEM) == gw.State.BundleHash {
 		return all, false
 	}
 	for _, c := range clients.Items {
 		all = append(all, c.CA...)
 	}
 	for _, c := range all {
-		if c.BasicConstraintsValid && c.IsCA && slices.Contains(gw.State.BundleRoots, Fingerprint(c)) {
+		if isCA(c) && slices.Contains(gw.State.BundleRoots, Fingerprint(c)) {
 			roots = append(roots, c)
 		}
 	}
 	return roots, true
 }
 
-// casIn reads every CA certificate from PEM, skipping what is not one. The
-// gateway Secret is dualca's own, so a damaged one is repaired, not rejected.
-func casIn(data []byte) []*x509.Certificate {
+// clientRoots returns the roots that selected clients still depend on, as
+// found in their own ca.crt: a certificate there counts only if it is a CA
+// with the current root's subject (a root of the same cert-manager CA) and
+// it signed the client's unexpired leaf. A client Secret cannot smuggle in
+// an unrelated CA this way.
+func clientRoots(root *Root, clients Clients, now time.Time) []*x509.Certificate {
 	var out []*x509.Certificate
-	for len(data) > 0 {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
+	for _, c := range clients.Items {
+		for _, ca := range c.CA {
+			if isCA(ca) && bytes.Equal(ca.RawSubject, root.Cert.RawSubject) && c.Uses(ca, now) {
+				out = append(out, ca)
+			}
 		}
-		if b.Type != "CERTIFICATE" || len(b.Headers) > 0 {
-			continue
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil || !c.BasicConstraintsValid || !c.IsCA {
-			continue
-		}
-		out = append(out, c)
 	}
 	return out
 }
 
-// currentServer returns the server pair found in the gateway if it can stay:
-// a CA certificate with its key, and, unless adopting, the one dualca
-// recorded. nil means there is no usable server credential.
-func currentServer(gw Gateway, prev State, adopting bool, now time.Time) (*x509.Certificate, []byte, []byte) {
-	certs := casIn(gw.CertPEM)
-	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
-		return nil, nil, nil
+// casIn reads every CA certificate from PEM, skipping what is not one. The
+// gateway Secret is dualca's own, so a damaged one is repaired, not rejected.
+func casIn(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range certsIn(data) {
+		if isCA(c) {
+			out = append(out, c)
+		}
 	}
-	c := certs[0]
-	if !adopting && Fingerprint(c) != prev.Server {
-		return nil, nil, nil
-	}
-	return c, gw.CertPEM, gw.KeyPEM
+	return out
 }
 
 type switchDecision struct {
@@ -254,7 +323,7 @@ type switchDecision struct {
 // when every selected client is on the root (they verify the server with
 // their ca.crt), or when waiting any longer would do more harm than good:
 // the grace period is over, or the old server root is about to expire.
-func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timings, addedAt, now time.Time, exists bool) switchDecision {
+func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timings, st State, now time.Time, exists bool) switchDecision {
 	if server == nil {
 		if !exists {
 			return switchDecision{switchNow: true}
@@ -265,16 +334,16 @@ func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timin
 	if Fingerprint(server) == root.Fingerprint {
 		return switchDecision{}
 	}
-	elapsed := now.Sub(addedAt)
+	elapsed := now.Sub(st.RootAddedAt)
 	if now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter) {
 		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
 	}
 	if clients.Tracked {
-		if elapsed >= t.TrustPropagationDelay {
-			if p := progress(clients, root.Cert, now); p.Pending == 0 && p.Failed == 0 {
-				return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
-					Message: "all " + itoa(p.Renewed) + " clients trust root " + describe(root.Cert) + "; server now presents it"}}
-			}
+		ready := !st.ClientsReadyAt.IsZero()
+		if ready && elapsed >= t.TrustPropagationDelay && now.Sub(st.ClientsReadyAt) >= t.TrustPropagationDelay {
+			p := progress(clients, root.Cert, now)
+			return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
+				Message: "all " + itoa(p.Renewed) + " clients trust root " + describe(root.Cert) + "; server now presents it"}}
 		}
 		if elapsed >= t.ServerSwitchGrace {
 			p := progress(clients, root.Cert, now)
@@ -345,6 +414,9 @@ func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, cli
 	}
 	if st.Server != st.Root {
 		moments = append(moments, st.RootAddedAt.Add(t.ServerSwitchGrace))
+	}
+	if !st.ClientsReadyAt.IsZero() {
+		moments = append(moments, st.ClientsReadyAt.Add(t.TrustPropagationDelay))
 	}
 	if clients.Tracked {
 		moments = append(moments, st.SwitchedAt.Add(t.TrustPropagationDelay))

@@ -3,6 +3,7 @@ package bundle_test
 import (
 	"bytes"
 	"crypto/x509"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -93,6 +94,8 @@ type rtSecret struct {
 	roots               []*certs.CA
 	root                *certs.CA
 	addedAt, switchedAt time.Time
+	// readyAt is when every client was first seen on root (zero: not yet).
+	readyAt time.Time
 	// Hand edits: when not nil, the field is replaced after the
 	// annotations were recorded.
 	caPEM, certPEM, keyPEM []byte
@@ -101,12 +104,13 @@ type rtSecret struct {
 func (s rtSecret) gateway() bundle.Gateway {
 	ca := certs.Bundle(s.roots...)
 	st := bundle.State{
-		Strategy:    bundle.StrategyZeroDowntime,
-		Root:        bundle.Fingerprint(s.root.Cert),
-		Server:      bundle.Fingerprint(s.server.Cert),
-		RootAddedAt: s.addedAt,
-		SwitchedAt:  s.switchedAt,
-		BundleHash:  bundle.Hash(ca),
+		Strategy:       bundle.StrategyZeroDowntime,
+		Root:           bundle.Fingerprint(s.root.Cert),
+		Server:         bundle.Fingerprint(s.server.Cert),
+		RootAddedAt:    s.addedAt,
+		SwitchedAt:     s.switchedAt,
+		ClientsReadyAt: s.readyAt,
+		BundleHash:     bundle.Hash(ca),
 	}
 	for _, r := range s.roots {
 		st.BundleRoots = append(st.BundleRoots, bundle.Fingerprint(r.Cert))
@@ -234,10 +238,9 @@ func rtRun(t *testing.T, tests map[string]rtCase) {
 			d := bundle.Plan(tc.gw, root, tc.clients, rtTimings, now)
 			rtExpectConsistent(g, d, root, now)
 
-			server := rtParse(g, d.CertPEM)[0]
-			g.Expect(server.Subject.CommonName).To(Equal(tc.wantServer.Cert.Subject.CommonName), "the server root in tls.crt")
-			g.Expect(bytes.Equal(d.CertPEM, tc.wantServer.CertPEM)).To(BeTrue(), "tls.crt is exactly the server root's")
-			g.Expect(bytes.Equal(d.KeyPEM, tc.wantServer.KeyPEM)).To(BeTrue(), "tls.key is exactly the server root's")
+			g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(tc.wantServer.Cert)), "the server root is %s", tc.wantServer.Cert.Subject.CommonName)
+			g.Expect(verifyServer(d.CertPEM, tc.wantServer.Cert, now)).To(Succeed(), "clients trusting the server root accept the server")
+			g.Expect(bytes.Contains(d.KeyPEM, tc.wantServer.KeyPEM)).To(BeFalse(), "tls.key is not the root's key")
 			g.Expect(rtNames(rtParse(g, d.CAPEM))).To(Equal(rtCANames(tc.wantBundle)), "the roots in ca.crt")
 			g.Expect(bytes.Equal(d.CAPEM, certs.Bundle(tc.wantBundle...))).To(BeTrue(), "ca.crt is exactly the PEM of the roots")
 			g.Expect(d.State.Phase).To(Equal(tc.wantPhase))
@@ -280,11 +283,13 @@ func rtRun(t *testing.T, tests map[string]rtCase) {
 // NextCheck is never in the past.
 func rtExpectConsistent(g Gomega, d bundle.Decision, root *bundle.Root, now time.Time) {
 	roots := rtParse(g, d.CAPEM)
-	server := rtParse(g, d.CertPEM)[0]
+	server := bundle.Find(roots, d.State.Server)
+	g.Expect(server).NotTo(BeNil(), "ca.crt holds the recorded server root")
 	g.Expect(bundle.KeyMatches(d.CertPEM, d.KeyPEM)).To(BeTrue(), "tls.crt and tls.key match")
 	g.Expect(d.State.Strategy).To(Equal(bundle.StrategyZeroDowntime))
 	g.Expect(d.State.Root).To(Equal(root.Fingerprint), "the recorded root")
-	g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(server)), "the recorded server")
+	g.Expect(verifyServer(d.CertPEM, server, now)).To(Succeed(), "the server certificate chains to the recorded server root")
+	g.Expect(verifyServer(d.CertPEM, root.Cert, now)).To(Succeed(), "clients of the current root accept the server")
 	g.Expect(d.State.BundleHash).To(Equal(bundle.Hash(d.CAPEM)), "the recorded bundle hash")
 	g.Expect(d.State.BundleRoots).To(Equal(rtFingerprints(roots)), "the recorded bundle roots")
 	g.Expect(bundle.Contains(roots, server)).To(BeTrue(), "ca.crt holds the server root")
@@ -293,6 +298,27 @@ func rtExpectConsistent(g Gomega, d bundle.Decision, root *bundle.Root, now time
 	for _, e := range d.Events {
 		g.Expect(e.Message).NotTo(ContainSubstring("-----"), "event messages carry no PEM")
 	}
+}
+
+// verifyServer is what a client does with the server credential: verify its
+// first certificate against trust alone, the rest of tls.crt serving as
+// intermediates, with no host name.
+func verifyServer(certPEM []byte, trust *x509.Certificate, now time.Time) error {
+	chain, err := bundle.ParseCertificates("tls.crt", certPEM)
+	if err != nil {
+		return err
+	}
+	if chain[0].IsCA {
+		return fmt.Errorf("the server certificate %q is a CA, not a leaf", chain[0].Subject.CommonName)
+	}
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	opts.Roots.AddCert(trust)
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err = chain[0].Verify(opts)
+	return err
 }
 
 func TestPlanCreatesTheGatewayAndStartsRotations(t *testing.T) {
@@ -411,14 +437,19 @@ func TestPlanSwitchesTheServer(t *testing.T) {
 	renewing := func(addedAt time.Duration) bundle.Gateway {
 		return rtSecret{server: f.r1, roots: rtList(f.r2, f.r1), root: f.r2, addedAt: rtNow.Add(addedAt), switchedAt: rtNow.Add(-2 * h)}.gateway()
 	}
+	// ready is renewing with every client seen on the new root readyAgo.
+	ready := func(addedAt, readyAgo time.Duration) bundle.Gateway {
+		return rtSecret{server: f.r1, roots: rtList(f.r2, f.r1), root: f.r2, addedAt: rtNow.Add(addedAt), switchedAt: rtNow.Add(-2 * h),
+			readyAt: rtNow.Add(-readyAgo)}.gateway()
+	}
 	onR2 := rtClient(t, "ns/a", f.r2, f.r2, f.r1)
 	onlyR2 := rtClient(t, "ns/b", f.r2, f.r2)
 	pending := rtClient(t, "ns/b", f.r1, f.r1)
 	failed := rtFailed(rtClient(t, "ns/c", f.r1, f.r1))
 
 	rtRun(t, map[string]rtCase{
-		"the server switches when every client is on the new root": {
-			gw:              renewing(-time.Minute),
+		"the server switches when every client has been on the new root for the propagation delay": {
+			gw:              ready(-10*time.Minute, time.Minute),
 			root:            f.r2,
 			clients:         rtTracked(onR2, onlyR2),
 			wantServer:      f.r2,
@@ -426,9 +457,45 @@ func TestPlanSwitchesTheServer(t *testing.T) {
 			wantPhase:       bundle.PhaseRetiring,
 			wantEvents:      []rtEvent{{reason: bundle.ReasonServerSwitched, contains: "all 2 clients"}},
 			wantProgress:    &bundle.Progress{Renewed: 2},
-			wantRootAddedAt: rtNow.Add(-time.Minute),
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
 			wantSwitchedAt:  rtNow,
 			wantNextCheck:   rtNow.Add(time.Minute),
+		},
+		"clients just seen on the new root get the propagation delay to load it": {
+			gw:              renewing(-10 * time.Minute),
+			root:            f.r2,
+			clients:         rtTracked(onR2, onlyR2),
+			wantServer:      f.r1,
+			wantBundle:      rtList(f.r2, f.r1),
+			wantPhase:       bundle.PhaseRenewing,
+			wantProgress:    &bundle.Progress{Renewed: 2},
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
+			wantSwitchedAt:  rtNow.Add(-2 * h),
+			wantNextCheck:   rtNow.Add(time.Minute),
+		},
+		"one second before the clients' propagation delay ends the server still waits": {
+			gw:              ready(-10*time.Minute, 59*time.Second),
+			root:            f.r2,
+			clients:         rtTracked(onR2, onlyR2),
+			wantServer:      f.r1,
+			wantBundle:      rtList(f.r2, f.r1),
+			wantPhase:       bundle.PhaseRenewing,
+			wantProgress:    &bundle.Progress{Renewed: 2},
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
+			wantSwitchedAt:  rtNow.Add(-2 * h),
+			wantNextCheck:   rtNow.Add(time.Second),
+		},
+		"a client that falls back off the new root resets the clients' wait": {
+			gw:              ready(-10*time.Minute, 5*time.Minute),
+			root:            f.r2,
+			clients:         rtTracked(onR2, pending),
+			wantServer:      f.r1,
+			wantBundle:      rtList(f.r2, f.r1),
+			wantPhase:       bundle.PhaseRenewing,
+			wantRenew:       []string{"ns/b"},
+			wantProgress:    &bundle.Progress{Renewed: 1, Pending: 1},
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
+			wantSwitchedAt:  rtNow.Add(-2 * h),
 		},
 		"the server waits for the propagation delay even when every client is ready": {
 			gw:              renewing(-59 * time.Second),
@@ -1084,9 +1151,10 @@ func TestPlanWalksARotationThroughItsPhases(t *testing.T) {
 		{"the gateway loads the bundle", 10*m + 59*time.Second, f.r2, []bundle.Client{a1, b1}, f.r1, rtList(f.r2, f.r1), bundle.PhaseBundle, nil, nil},
 		{"the clients are due", 11 * m, f.r2, []bundle.Client{a1, b1}, f.r1, rtList(f.r2, f.r1), bundle.PhaseRenewing, nil, []string{"ns/a", "ns/b"}},
 		{"one client has renewed", 12 * m, f.r2, []bundle.Client{a2, b1}, f.r1, rtList(f.r2, f.r1), bundle.PhaseRenewing, nil, []string{"ns/b"}},
-		{"every client has renewed: the server switches", 13 * m, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2, f.r1), bundle.PhaseRetiring, []string{bundle.ReasonServerSwitched}, nil},
-		{"the clients reload", 13*m + 59*time.Second, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2, f.r1), bundle.PhaseRetiring, nil, nil},
-		{"the old root is retired", 14 * m, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2), bundle.PhaseSteady, []string{bundle.ReasonRootRetired, bundle.ReasonBundleUpdated}, nil},
+		{"every client has renewed: they get time to load it", 13 * m, f.r2, []bundle.Client{a2, b2}, f.r1, rtList(f.r2, f.r1), bundle.PhaseRenewing, nil, nil},
+		{"the server switches", 14 * m, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2, f.r1), bundle.PhaseRetiring, []string{bundle.ReasonServerSwitched}, nil},
+		{"the clients reload", 14*m + 59*time.Second, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2, f.r1), bundle.PhaseRetiring, nil, nil},
+		{"the old root is retired", 15 * m, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2), bundle.PhaseSteady, []string{bundle.ReasonRootRetired, bundle.ReasonBundleUpdated}, nil},
 		{"nothing more happens", 60 * m, f.r2, []bundle.Client{a2, b2}, f.r2, rtList(f.r2), bundle.PhaseSteady, nil, nil},
 	}
 	gw := bundle.Gateway{}
@@ -1101,11 +1169,108 @@ func TestPlanWalksARotationThroughItsPhases(t *testing.T) {
 			reasons = append(reasons, e.Reason)
 		}
 		g.Expect(reasons).To(Equal(s.events), "%s: events", s.what)
-		g.Expect(rtNames(rtParse(g, d.CertPEM))[0]).To(Equal(s.server.Cert.Subject.CommonName), "%s: server", s.what)
+		g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(s.server.Cert)), "%s: server", s.what)
+		for _, c := range s.clients {
+			for _, trusted := range c.CA {
+				if bundle.Fingerprint(trusted) == d.State.Server || bundle.Fingerprint(trusted) == root.Fingerprint {
+					g.Expect(verifyServer(d.CertPEM, trusted, now)).To(Succeed(), "%s: %s verifies the server", s.what, c.Name)
+				}
+			}
+		}
 		g.Expect(rtNames(rtParse(g, d.CAPEM))).To(Equal(rtCANames(s.bundle)), "%s: bundle", s.what)
 		g.Expect(d.State.Phase).To(Equal(s.phase), "%s: phase", s.what)
 		g.Expect(d.Renew).To(Equal(s.renew), "%s: renew", s.what)
 		gw = rtApply(d)
 	}
 	g.Expect(strings.Join(gw.State.BundleRoots, ",")).To(Equal(bundle.Fingerprint(f.r2.Cert)))
+}
+
+// TestPlanServerCredentialServesEveryClientPopulation follows the server
+// credential through an overlapping rotation: the leaf stays while clients
+// move, each new root adds its cross-certificate, and clients that trust only
+// R1, only R2 or only R3 all verify the server at every step.
+func TestPlanServerCredentialServesEveryClientPopulation(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	f := rtNewFixture(t)
+	on1, on2, on3 := rtClient(t, "ns/a", f.r1, f.r1), rtClient(t, "ns/b", f.r2, f.r2), rtClient(t, "ns/c", f.r3, f.r3)
+	crosses := func(d bundle.Decision) []string {
+		chain := rtParse(g, d.CertPEM)
+		var out []string
+		for _, c := range chain[1:] {
+			out = append(out, c.Issuer.CommonName)
+		}
+		return out
+	}
+	verifiedBy := func(d bundle.Decision, now time.Time, roots ...*certs.CA) {
+		for _, r := range roots {
+			g.Expect(verifyServer(d.CertPEM, r.Cert, now)).To(Succeed(), "a client trusting only %s verifies the server", r.Cert.Subject.CommonName)
+		}
+	}
+
+	now := rtNow
+	d := bundle.Plan(bundle.Gateway{}, rtRoot(t, f.r1, now), rtTracked(on1), rtTimings, now)
+	g.Expect(crosses(d)).To(BeEmpty(), "a new gateway serves a leaf of the root alone")
+	verifiedBy(d, now, f.r1)
+	g.Expect(bytes.Equal(d.KeyPEM, f.r1.KeyPEM)).To(BeFalse(), "the gateway never holds the root's key")
+	leaf := rtParse(g, d.CertPEM)[0]
+
+	now = now.Add(time.Minute)
+	d = bundle.Plan(rtApply(d), rtRoot(t, f.r2, now), rtTracked(on1, on2), rtTimings, now)
+	g.Expect(crosses(d)).To(Equal([]string{"root-2"}), "R2 cross-signs the server root")
+	g.Expect(rtParse(g, d.CertPEM)[0].Raw).To(Equal(leaf.Raw), "the leaf stays while clients move")
+	verifiedBy(d, now, f.r1, f.r2)
+
+	now = now.Add(time.Minute)
+	d = bundle.Plan(rtApply(d), rtRoot(t, f.r3, now), rtTracked(on1, on2, on3), rtTimings, now)
+	g.Expect(crosses(d)).To(Equal([]string{"root-3", "root-2"}), "R3 adds its cross-certificate, R2's stays")
+	verifiedBy(d, now, f.r1, f.r2, f.r3)
+
+	// Every client moves to R3: after the propagation delay twice (the
+	// gateway, then the clients) the server switches to a leaf of R3.
+	on1, on2 = rtClient(t, "ns/a", f.r3, f.r3), rtClient(t, "ns/b", f.r3, f.r3)
+	for range 3 {
+		now = now.Add(time.Minute)
+		d = bundle.Plan(rtApply(d), rtRoot(t, f.r3, now), rtTracked(on1, on2, on3), rtTimings, now)
+	}
+	g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(f.r3.Cert)), "the server switched to R3")
+	g.Expect(crosses(d)).To(BeEmpty(), "a leaf of the newest root needs no cross-certificate")
+	verifiedBy(d, now, f.r3)
+}
+
+func TestPlanAdoptsALegacyCopyWithAServerLeaf(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	f := rtNewFixture(t)
+	old := rtClient(t, "ns/a", f.r1, f.r1)
+	// The legacy copy of R2 serves R2 itself; a client still on R1 must keep
+	// being trusted by the gateway after the switch back.
+	d := bundle.Plan(rtLegacyCopy(t, f.r2), rtRoot(t, f.r2, rtNow), rtTracked(old), rtTimings, rtNow)
+	g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(f.r2.Cert)))
+	g.Expect(verifyServer(d.CertPEM, f.r2.Cert, rtNow)).To(Succeed(), "the self-signed root became a leaf of it")
+	g.Expect(bytes.Equal(d.KeyPEM, f.r2.KeyPEM)).To(BeFalse(), "the root's key left the gateway Secret")
+	g.Expect(rtNames(rtParse(g, d.CAPEM))).To(Equal([]string{"root-2"}),
+		"a client CA with another subject is not adopted (fixture roots have distinct names)")
+}
+
+// TestPlanAdoptionKeepsTheRootsClientsStillUse: switching back from legacy,
+// the plain copy holds only the current root, but clients not yet renewed
+// still present leaves of the previous root of the same CA. That root is
+// taken from their ca.crt, and only when it really signed their leaf.
+func TestPlanAdoptionKeepsTheRootsClientsStillUse(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	f := rtNewFixture(t)
+	// previous is an older root of the same CA as f.r2: same subject.
+	previous := certs.MustNew(t, "root-2", rtNow.Add(-3*time.Hour), rtNow.Add(5*time.Hour), certs.Options{IsCA: true}, nil)
+	stillOld := rtClient(t, "ns/a", previous, previous)
+	// A client Secret naming a CA that did not sign its leaf adds nothing.
+	smuggler := rtClient(t, "ns/b", f.r2, f.r2)
+	smuggler.CA = append(smuggler.CA, certs.MustNew(t, "root-2", rtNow.Add(-time.Hour), rtNow.Add(time.Hour), certs.Options{IsCA: true}, nil).Cert)
+
+	d := bundle.Plan(rtLegacyCopy(t, f.r2), rtRoot(t, f.r2, rtNow), rtTracked(stillOld, smuggler), rtTimings, rtNow)
+	roots := rtParse(g, d.CAPEM)
+	g.Expect(rtFingerprints(roots)).To(Equal(rtFingerprints([]*x509.Certificate{f.r2.Cert, previous.Cert})),
+		"the bundle holds the current root and the root a client still uses, nothing else")
+	g.Expect(d.Renew).To(Equal([]string{"ns/a"}))
 }

@@ -24,6 +24,7 @@ const (
 	AnnotationBundleHash       = AnnotationPrefix + "bundle-hash"
 	AnnotationBundleRoots      = AnnotationPrefix + "bundle-roots"
 	AnnotationClients          = AnnotationPrefix + "clients"
+	AnnotationClientsReadyAt   = AnnotationPrefix + "clients-ready-at"
 )
 
 // Strategy names, as recorded in AnnotationStrategy.
@@ -65,12 +66,15 @@ type State struct {
 	Strategy    string
 	Phase       Phase
 	Root        string    // fingerprint of the current root
-	Server      string    // fingerprint of the certificate in tls.crt
+	Server      string    // fingerprint of the root the server certificate is or chains to
 	RootAddedAt time.Time // when Root entered the bundle, by dualca's clock
 	SwitchedAt  time.Time // when tls.crt last moved to another root
-	BundleHash  string    // Hash of ca.crt as dualca wrote it
-	BundleRoots []string  // fingerprints of the roots in ca.crt, in order
-	Clients     *Progress // nil when client renewal is not tracked
+	// ClientsReadyAt is when dualca first saw every selected client on the
+	// current root while the server was not yet on it; zero otherwise.
+	ClientsReadyAt time.Time
+	BundleHash     string    // Hash of ca.crt as dualca wrote it
+	BundleRoots    []string  // fingerprints of the roots in ca.crt, in order
+	Clients        *Progress // nil when client renewal is not tracked
 }
 
 // ParseState reads State from annotations; unknown or malformed values are
@@ -78,13 +82,14 @@ type State struct {
 // rather than trust a value it cannot read.
 func ParseState(annotations map[string]string) State {
 	s := State{
-		Strategy:    annotations[AnnotationStrategy],
-		Phase:       Phase(annotations[AnnotationPhase]),
-		Root:        annotations[AnnotationRoot],
-		Server:      annotations[AnnotationServer],
-		RootAddedAt: parseTime(annotations[AnnotationRootAddedAt]),
-		SwitchedAt:  parseTime(annotations[AnnotationServerSwitchedAt]),
-		BundleHash:  annotations[AnnotationBundleHash],
+		Strategy:       annotations[AnnotationStrategy],
+		Phase:          Phase(annotations[AnnotationPhase]),
+		Root:           annotations[AnnotationRoot],
+		Server:         annotations[AnnotationServer],
+		RootAddedAt:    parseTime(annotations[AnnotationRootAddedAt]),
+		SwitchedAt:     parseTime(annotations[AnnotationServerSwitchedAt]),
+		ClientsReadyAt: parseTime(annotations[AnnotationClientsReadyAt]),
+		BundleHash:     annotations[AnnotationBundleHash],
 	}
 	if s.Strategy != StrategyZeroDowntime && s.Strategy != StrategyLegacy {
 		s.Strategy = ""
@@ -121,6 +126,7 @@ func (s State) Annotations() map[string]string {
 	set(AnnotationServer, s.Server)
 	set(AnnotationRootAddedAt, formatTime(s.RootAddedAt))
 	set(AnnotationServerSwitchedAt, formatTime(s.SwitchedAt))
+	set(AnnotationClientsReadyAt, formatTime(s.ClientsReadyAt))
 	set(AnnotationBundleHash, s.BundleHash)
 	set(AnnotationBundleRoots, strings.Join(s.BundleRoots, ","))
 	if s.Clients != nil {

@@ -1,0 +1,210 @@
+package bundle
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"time"
+)
+
+// The server credential.
+//
+// cert-manager's CA issuer gives each client a ca.crt holding only the root
+// that signed its leaf. So while clients move from R1 to R2, some trust only
+// R1 and some only R2, and the gateway must present one credential both
+// accept. A self-signed R1 cannot be it: a client that trusts only R2 has no
+// path to it, and Go's verifier refuses a cross-certificate with the same
+// subject and key as the certificate it would extend. A leaf signed by R1,
+// sent with a cross-certificate of R1 signed by R2, verifies for both:
+//
+//	leaf (signed by R1) -> R1 (trusted)                       clients of R1
+//	leaf (signed by R1) -> R1 cross-signed by R2 -> R2        clients of R2
+//
+// So tls.crt is a leaf that dualca issues from the root it switches to (it
+// reads that root's key anyway), followed by a cross-certificate of that
+// root from every newer root that has been current since: dualca holds each
+// new root's key while it is current and signs the cross-certificate then.
+// Signatures are not deterministic, so what is issued is kept in tls.crt and
+// reused; a decision issues only what is missing.
+//
+// The gateway Secret no longer carries a root's private key, only the
+// leaf's: a gateway that leaks its Secret cannot sign client certificates.
+
+// server is the credential found in, or decided for, tls.crt and tls.key.
+type server struct {
+	// root is the root the credential chains to: the "server root".
+	root *x509.Certificate
+	// leaf is the certificate presented; root itself in the legacy form.
+	leaf *x509.Certificate
+	// crosses are certificates of root (same subject and key) signed by
+	// other roots, sent after the leaf.
+	crosses []*x509.Certificate
+	keyPEM  []byte
+	// selfSigned is the legacy form, tls.crt being the root itself with the
+	// root's key: kept only until a leaf can be issued from that key.
+	selfSigned bool
+}
+
+// readServer returns the credential found in the gateway if it is usable:
+// its first certificate matches tls.key and either is a CA (the legacy
+// form) or is signed by one of roots. Cross-certificates are kept when they
+// certify the server root and are signed by one of roots. nil means there is
+// no usable credential.
+func readServer(gw Gateway, roots []*x509.Certificate) *server {
+	certs := certsIn(gw.CertPEM)
+	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
+		return nil
+	}
+	s := &server{leaf: certs[0], keyPEM: gw.KeyPEM}
+	if isCA(s.leaf) {
+		s.root, s.selfSigned = s.leaf, true
+		return s
+	}
+	for _, r := range roots {
+		if ChainsTo(s.leaf, r) {
+			s.root = r
+			break
+		}
+	}
+	if s.root == nil {
+		return nil
+	}
+	for _, c := range certs[1:] {
+		if crossSigner(c, s.root, roots) != nil {
+			s.crosses = append(s.crosses, c)
+		}
+	}
+	return s
+}
+
+// crossSigner returns the root among roots, other than root itself, that
+// signed c as a cross-certificate of root; nil if c is not one.
+func crossSigner(c, root *x509.Certificate, roots []*x509.Certificate) *x509.Certificate {
+	if !isCA(c) || !bytes.Equal(c.RawSubject, root.RawSubject) || !bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) {
+		return nil
+	}
+	for _, r := range roots {
+		if Fingerprint(r) != Fingerprint(root) && ChainsTo(c, r) {
+			return r
+		}
+	}
+	return nil
+}
+
+// pem is tls.crt: the leaf, then the cross-certificates.
+func (s *server) pem() []byte {
+	var b bytes.Buffer
+	for _, c := range append([]*x509.Certificate{s.leaf}, s.crosses...) {
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	return b.Bytes()
+}
+
+// issueServer makes a credential for root: a fresh ECDSA P-256 key and a
+// leaf for it signed with rootKey, valid as long as the root. The leaf
+// carries the root's names, so a gateway that checks them sees what the
+// legacy plain copy showed.
+func issueServer(root *x509.Certificate, rootKeyPEM []byte) (*server, error) {
+	signer, err := parsePrivateKey("tls.key", rootKeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating the server key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      root.Subject,
+		DNSNames:     root.DNSNames,
+		IPAddresses:  root.IPAddresses,
+		URIs:         root.URIs,
+		NotBefore:    root.NotBefore,
+		NotAfter:     root.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), signer)
+	if err != nil {
+		return nil, fmt.Errorf("issuing the server certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("reading the issued server certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the server key: %w", err)
+	}
+	return &server{root: root, leaf: leaf, keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+}
+
+// crossSign certifies root's subject and key with signer, valid while both
+// are. A client that trusts only signer can then verify a leaf of root.
+func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte) (*x509.Certificate, error) {
+	key, err := parsePrivateKey("tls.key", signerKeyPEM)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               root.Subject,
+		SubjectKeyId:          root.SubjectKeyId,
+		NotBefore:             later(root.NotBefore, signer.NotBefore),
+		NotAfter:              earlier(root.NotAfter, signer.NotAfter),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, root.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing root %s: %w", Short(Fingerprint(root)), err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n.Add(n, big.NewInt(1))
+}
+
+func isCA(c *x509.Certificate) bool { return c.BasicConstraintsValid && c.IsCA }
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// certsIn reads every certificate of PEM, skipping blocks that are not one.
+func certsIn(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for len(data) > 0 {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" || len(b.Headers) > 0 {
+			continue
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
