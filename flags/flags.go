@@ -7,9 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -34,6 +37,16 @@ type Options struct {
 	// ServerSwitchGrace is how long after a new root entered the bundle the
 	// server credential is switched to it even if clients are not ready.
 	ServerSwitchGrace time.Duration
+	// ClientSelector selects the client Certificates whose renewal dualca
+	// tracks and triggers; empty means clients are not tracked.
+	ClientSelector labels.Selector
+	// ClientNamespaces are where the client Certificates live (default: the
+	// gateway Secret's namespace).
+	ClientNamespaces []string
+	// RenewalQPS and RenewalBurst pace client renewals: a token bucket
+	// refilled at RenewalQPS per second, holding at most RenewalBurst.
+	RenewalQPS   float64
+	RenewalBurst int
 	// MetricsBindAddress is where the Prometheus metrics are served ("0" disables).
 	MetricsBindAddress string
 	// HealthProbeBindAddress is where /healthz and /readyz are served ("0" disables).
@@ -48,6 +61,8 @@ type Options struct {
 	Zap ctrlzap.Options
 
 	rootSecret, gatewaySecret string
+	clientSelector            string
+	clientNamespaces          string
 }
 
 // Defaults returns Options with the documented defaults.
@@ -56,6 +71,8 @@ func Defaults() Options {
 		PollInterval:           5 * time.Minute,
 		TrustPropagationDelay:  2 * time.Minute,
 		ServerSwitchGrace:      7 * 24 * time.Hour,
+		RenewalQPS:             5,
+		RenewalBurst:           10,
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 		Zap:                    ctrlzap.Options{Development: false},
@@ -78,6 +95,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"Time given to the gateway to load a bundle holding a new root before clients are moved to it.")
 	fs.DurationVar(&o.ServerSwitchGrace, "server-switch-grace", o.ServerSwitchGrace,
 		"Time after a new root entered the bundle when the server credential is switched to it even if clients are not ready.")
+	fs.StringVar(&o.clientSelector, "client-selector", o.clientSelector,
+		"Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). Empty: clients are not tracked, old roots stay until they expire.")
+	fs.StringVar(&o.clientNamespaces, "client-namespaces", o.clientNamespaces,
+		"Comma-separated namespaces of the client Certificates (default: the gateway Secret's namespace).")
+	fs.Float64Var(&o.RenewalQPS, "renewal-qps", o.RenewalQPS,
+		"Client renewals triggered per second at most (token bucket, jittered).")
+	fs.IntVar(&o.RenewalBurst, "renewal-burst", o.RenewalBurst,
+		"Client renewals that may be triggered at once before --renewal-qps paces them.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
 		`Address of the Prometheus metrics endpoint; "0" disables it.`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress,
@@ -148,6 +173,42 @@ func (o *Options) Validate() error {
 	if o.ServerSwitchGrace > 0 && o.ServerSwitchGrace <= o.TrustPropagationDelay {
 		errs = append(errs, fmt.Errorf("--server-switch-grace (%s) must be longer than --trust-propagation-delay (%s): the gateway must trust a root before it serves from it",
 			o.ServerSwitchGrace, o.TrustPropagationDelay))
+	}
+	if o.clientSelector != "" {
+		sel, err := labels.Parse(o.clientSelector)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--client-selector=%q: %w", o.clientSelector, err))
+		case sel.Empty():
+			errs = append(errs, fmt.Errorf("--client-selector=%q selects everything; name the label of the client Certificates", o.clientSelector))
+		default:
+			o.ClientSelector = sel
+		}
+	}
+	if o.clientNamespaces != "" {
+		o.ClientNamespaces = nil
+		for ns := range strings.SplitSeq(o.clientNamespaces, ",") {
+			ns = strings.TrimSpace(ns)
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("--client-namespaces: namespace %q: %s", ns, strings.Join(msgs, "; ")))
+				continue
+			}
+			if !slices.Contains(o.ClientNamespaces, ns) {
+				o.ClientNamespaces = append(o.ClientNamespaces, ns)
+			}
+		}
+		if o.ClientSelector == nil && o.clientSelector == "" {
+			errs = append(errs, errors.New("--client-namespaces needs --client-selector: without it no client is tracked"))
+		}
+	}
+	if len(o.ClientNamespaces) == 0 && o.GatewaySecret.Namespace != "" {
+		o.ClientNamespaces = []string{o.GatewaySecret.Namespace}
+	}
+	if !(o.RenewalQPS > 0) || math.IsInf(o.RenewalQPS, 0) {
+		errs = append(errs, fmt.Errorf("--renewal-qps must be a positive number, got %v", o.RenewalQPS))
+	}
+	if o.RenewalBurst < 1 {
+		errs = append(errs, fmt.Errorf("--renewal-burst must be at least 1, got %d", o.RenewalBurst))
 	}
 	if o.LeaderElectionNamespace != "" {
 		if msgs := validation.IsDNS1123Label(o.LeaderElectionNamespace); len(msgs) > 0 {

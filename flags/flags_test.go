@@ -26,6 +26,19 @@ func TestParse(t *testing.T) {
 				g.Expect(o.LeaderElect).To(BeFalse())
 				g.Expect(o.PollInterval).To(Equal(5 * time.Minute))
 				g.Expect(o.ServerSwitchGrace).To(BeNumerically(">", o.TrustPropagationDelay))
+				g.Expect(o.ClientSelector).To(BeNil(), "clients are not tracked unless selected")
+				g.Expect(o.ClientNamespaces).To(Equal([]string{"istio-system"}), "clients are looked for beside the gateway")
+				g.Expect(o.RenewalQPS).To(BeNumerically("==", 5))
+				g.Expect(o.RenewalBurst).To(Equal(10))
+			},
+		},
+		"a client selector and namespaces are taken, duplicates once": {
+			args: append(base, "--client-selector=dualca.io/client in (agent,edge)", "--client-namespaces=agents, edge,agents", "--renewal-qps=0.5", "--renewal-burst=1"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.ClientSelector.String()).To(Equal("dualca.io/client in (agent,edge)"))
+				g.Expect(o.ClientNamespaces).To(Equal([]string{"agents", "edge"}))
+				g.Expect(o.RenewalQPS).To(BeNumerically("==", 0.5))
+				g.Expect(o.RenewalBurst).To(Equal(1))
 			},
 		},
 		"the legacy flag and durations in seconds are taken": {
@@ -41,13 +54,20 @@ func TestParse(t *testing.T) {
 				g.Expect(o.RootSecret.Namespace).NotTo(Equal(o.GatewaySecret.Namespace))
 			},
 		},
-		"a zero propagation delay is allowed":           {args: append(base, "--trust-propagation-delay=0s")},
-		"a missing root secret is named":                {args: base[1:], wantErr: "--root-secret is required"},
-		"a name with a slash too many is refused":       {args: []string{"--root-secret=a/b/c", base[1]}, wantErr: "want NAMESPACE/NAME"},
-		"an upper-case name is refused":                 {args: []string{"--root-secret=ns/Root", base[1]}, wantErr: `name "Root"`},
-		"a zero poll interval is refused":               {args: append(base, "--poll-interval=0s"), wantErr: "--poll-interval must be positive"},
-		"a negative propagation delay is refused":       {args: append(base, "--trust-propagation-delay=-1s"), wantErr: "--trust-propagation-delay must not be negative"},
-		"an invalid leader election namespace is named": {args: append(base, "--leader-election-namespace=No"), wantErr: "--leader-election-namespace"},
+		"a zero propagation delay is allowed":                  {args: append(base, "--trust-propagation-delay=0s")},
+		"a missing root secret is named":                       {args: base[1:], wantErr: "--root-secret is required"},
+		"a name with a slash too many is refused":              {args: []string{"--root-secret=a/b/c", base[1]}, wantErr: "want NAMESPACE/NAME"},
+		"an upper-case name is refused":                        {args: []string{"--root-secret=ns/Root", base[1]}, wantErr: `name "Root"`},
+		"a zero poll interval is refused":                      {args: append(base, "--poll-interval=0s"), wantErr: "--poll-interval must be positive"},
+		"a negative propagation delay is refused":              {args: append(base, "--trust-propagation-delay=-1s"), wantErr: "--trust-propagation-delay must not be negative"},
+		"an invalid leader election namespace is named":        {args: append(base, "--leader-election-namespace=No"), wantErr: "--leader-election-namespace"},
+		"a malformed client selector is named":                 {args: append(base, "--client-selector=a in (b"), wantErr: "--client-selector"},
+		"a client selector that selects everything is refused": {args: append(base, "--client-selector= "), wantErr: "selects everything"},
+		"an invalid client namespace is named":                 {args: append(base, "--client-selector=a=b", "--client-namespaces=ok,Not_OK"), wantErr: `namespace "Not_OK"`},
+		"client namespaces without a selector are refused":     {args: append(base, "--client-namespaces=agents"), wantErr: "needs --client-selector"},
+		"a zero renewal rate is refused":                       {args: append(base, "--renewal-qps=0"), wantErr: "--renewal-qps must be a positive number"},
+		"a NaN renewal rate is refused":                        {args: append(base, "--renewal-qps=NaN"), wantErr: "--renewal-qps must be a positive number"},
+		"a zero renewal burst is refused":                      {args: append(base, "--renewal-burst=0"), wantErr: "--renewal-burst must be at least 1"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
