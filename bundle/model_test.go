@@ -117,7 +117,7 @@ func (m *model) reconcile() {
 	prev := m.gw
 	var d bundle.Decision
 	if m.legacy {
-		d = legacy.Plan(m.gw, root, m.now)
+		d = legacy.Plan(m.gw, root, m.clientView(), m.now)
 	} else {
 		d = bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
 		again := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)

@@ -150,7 +150,7 @@ func rtApply(d bundle.Decision) bundle.Gateway {
 // rtLegacyCopy is the gateway Secret the legacy strategy wrote for ca.
 func rtLegacyCopy(t testing.TB, ca *certs.CA) bundle.Gateway {
 	t.Helper()
-	return rtApply(legacy.Plan(bundle.Gateway{}, rtRoot(t, ca, rtNow), rtNow))
+	return rtApply(legacy.Plan(bundle.Gateway{}, rtRoot(t, ca, rtNow), bundle.Clients{}, rtNow))
 }
 
 func rtParse(g Gomega, data []byte) []*x509.Certificate {

@@ -1,7 +1,10 @@
 // Package legacy reproduces dualca's predecessor: the gateway Secret is a
 // plain copy of the root CA Secret, replaced whole whenever cert-manager
-// rotates the root. Every client signed by the old root is cut off at that
-// moment; that downtime is the behaviour being reproduced.
+// rotates the root, and right after a rotation the Secrets of the selected
+// clients whose leaf the new root did not issue are deleted, so that
+// cert-manager re-issues them. Every client signed by the old root is cut
+// off at that moment, and its mounted Secret is missing until re-issued;
+// that downtime is the behaviour being reproduced.
 //
 // It exists only as the revert path of --cert-management-legacy, so that a
 // problem with the zero-downtime strategy can be undone by flipping one flag.
@@ -10,16 +13,19 @@
 package legacy
 
 import (
+	"slices"
 	"time"
 
 	"github.com/dualca/dualca/bundle"
 )
 
 // Plan returns the gateway Secret of the legacy strategy: tls.crt, tls.key
-// and ca.crt exactly as the root Secret has them. Only the strategy and the
-// root fingerprint are recorded, so that switching back to zero-downtime
-// adopts this Secret as a fresh start.
-func Plan(gw bundle.Gateway, root *bundle.Root, _ time.Time) bundle.Decision {
+// and ca.crt exactly as the root Secret has them. Only the strategy, the
+// root fingerprint and client progress are recorded, so that switching back
+// to zero-downtime adopts this Secret as a fresh start. Renew lists the
+// clients whose Secret holds a leaf not issued by the root: the syncer
+// deletes those Secrets.
+func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.Time) bundle.Decision {
 	d := bundle.Decision{
 		CertPEM: root.CertPEM,
 		KeyPEM:  root.KeyPEM,
@@ -29,6 +35,24 @@ func Plan(gw bundle.Gateway, root *bundle.Root, _ time.Time) bundle.Decision {
 			Root:     root.Fingerprint,
 			Server:   root.Fingerprint,
 		},
+	}
+	if clients.Tracked {
+		var p bundle.Progress
+		for _, c := range clients.Items {
+			switch {
+			case c.Leaf != nil && bundle.ChainsTo(c.Leaf, root.Cert):
+				p.Renewed++
+			case c.Failed:
+				p.Failed++
+			default:
+				p.Pending++
+			}
+			if c.Leaf != nil && !bundle.ChainsTo(c.Leaf, root.Cert) {
+				d.Renew = append(d.Renew, c.Name)
+			}
+		}
+		slices.Sort(d.Renew)
+		d.State.Clients = &p
 	}
 	if !gw.Exists {
 		return d

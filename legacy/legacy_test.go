@@ -2,6 +2,7 @@ package legacy_test
 
 import (
 	"bytes"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestPlan(t *testing.T) {
 	// A CA issuer's Secret: ca.crt is the issuer, not tls.crt.
 	root1Issued := lgRoot(t, r1, parent.CertPEM)
 	root1Chain := lgRoot(t, r1, certs.Bundle(r1, parent))
-	copyOf := func(r *bundle.Root) bundle.Gateway { return lgWritten(legacy.Plan(bundle.Gateway{}, r, lgNow)) }
+	copyOf := func(r *bundle.Root) bundle.Gateway { return lgWritten(legacy.Plan(bundle.Gateway{}, r, bundle.Clients{}, lgNow)) }
 	edited := func(gw bundle.Gateway, ca, key []byte) bundle.Gateway {
 		if ca != nil {
 			gw.CAPEM = ca
@@ -134,7 +135,7 @@ func TestPlan(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			d := legacy.Plan(tc.gw, tc.root, lgNow)
+			d := legacy.Plan(tc.gw, tc.root, bundle.Clients{}, lgNow)
 
 			g.Expect(bytes.Equal(d.CertPEM, tc.root.CertPEM)).To(BeTrue(), "tls.crt is the root's tls.crt")
 			g.Expect(bytes.Equal(d.KeyPEM, tc.root.KeyPEM)).To(BeTrue(), "tls.key is the root's tls.key")
@@ -158,10 +159,33 @@ func TestPlan(t *testing.T) {
 			}
 
 			// Written and planned again, the copy is stable and silent.
-			again := legacy.Plan(lgWritten(d), tc.root, lgNow.Add(time.Hour))
+			again := legacy.Plan(lgWritten(d), tc.root, bundle.Clients{}, lgNow.Add(time.Hour))
 			g.Expect(again.Events).To(BeEmpty(), "a second plan on the written copy reports nothing")
 			g.Expect(bytes.Equal(again.CAPEM, d.CAPEM) && bytes.Equal(again.CertPEM, d.CertPEM) && bytes.Equal(again.KeyPEM, d.KeyPEM)).To(BeTrue())
 			g.Expect(again.State.Annotations()).To(Equal(d.State.Annotations()))
 		})
 	}
+}
+
+// TestPlanMarksTheClientsOfOldRootsForDeletion: right after a rotation the
+// legacy strategy deletes the Secret of every selected client whose leaf the
+// new root did not issue; a missing Secret has nothing to delete.
+func TestPlanMarksTheClientsOfOldRootsForDeletion(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r1 := lgCA(t, "root-1", -2*time.Hour, 10*time.Hour)
+	r2 := lgCA(t, "root-2", -time.Hour, 20*time.Hour)
+	leaf := func(issuer *certs.CA, name string) bundle.Client {
+		l := certs.MustNew(t, name, lgNow.Add(-time.Hour), lgNow.Add(time.Hour), certs.Options{}, issuer)
+		return bundle.Client{Name: name, Leaf: l.Cert, CA: []*x509.Certificate{issuer.Cert}}
+	}
+	clients := bundle.Clients{Tracked: true, Items: []bundle.Client{
+		leaf(r1, "ns/old-b"), leaf(r2, "ns/renewed"), leaf(r1, "ns/old-a"),
+		{Name: "ns/missing"}, {Name: "ns/broken", Failed: true},
+	}}
+	d := legacy.Plan(bundle.Gateway{}, lgRoot(t, r2, r2.CertPEM), clients, lgNow)
+	g.Expect(d.Renew).To(Equal([]string{"ns/old-a", "ns/old-b"}), "the secrets to delete, in a stable order")
+	g.Expect(d.State.Clients).To(Equal(&bundle.Progress{Renewed: 1, Pending: 3, Failed: 1}))
+	g.Expect(legacy.Plan(bundle.Gateway{}, lgRoot(t, r2, r2.CertPEM), bundle.Clients{}, lgNow).Renew).To(BeEmpty(),
+		"untracked clients are never touched")
 }

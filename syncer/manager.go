@@ -91,6 +91,12 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 		writer:   mgr.GetClient(),
 		recorder: mgr.GetEventRecorder("dualca"),
 	}
+	if cfg.ClientSelector != nil {
+		r.renewer = newRenewer(mgr.GetClient(), mgr.GetAPIReader(), cfg)
+		if err := mgr.Add(r.renewer); err != nil {
+			return nil, nil, fmt.Errorf("adding the renewer: %w", err)
+		}
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, nil, err
 	}
@@ -113,6 +119,15 @@ func (r *Reconciler) readyz(*http.Request) error {
 
 // Reconciles counts the reconciles that completed without error.
 func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
+
+// Renewals returns the client renewals acted on so far, by result
+// ("triggered", "skipped", "failed"); nil when clients are not tracked.
+func (r *Reconciler) Renewals() map[string]int {
+	if r.renewer == nil {
+		return nil
+	}
+	return r.renewer.counts()
+}
 
 // Caches returns the single-object caches, so tests can show what they hold.
 func (r *Reconciler) Caches() []cache.Cache { return r.caches }

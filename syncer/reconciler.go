@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -33,7 +34,10 @@ type Reconciler struct {
 	writer   client.Client
 	recorder recorder.EventRecorder
 	caches   []cache.Cache
-	synced   atomic.Bool
+	// clients and renewer are nil when no client selector is configured.
+	clients *clientTracker
+	renewer *renewer
+	synced  atomic.Bool
 	// reconciles counts successful reconciles, so tests can wait for polls.
 	reconciles atomic.Int64
 	// lastInvalid is the reason last reported for an invalid root, so that a
@@ -48,6 +52,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		d       bundle.Decision
 		gateway *corev1.Secret
 		wrote   bool
+		views   map[string]clientView
 	)
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		root, rootObj, err := r.readRoot(ctx)
@@ -58,7 +63,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		if err != nil {
 			return err
 		}
-		d = r.decide(gw, root)
+		clients := bundle.Clients{}
+		if r.clients != nil {
+			if clients, views, err = r.clients.read(ctx); err != nil {
+				return err
+			}
+		}
+		d = r.decide(gw, root, clients)
 		gateway, wrote, err = r.write(ctx, current, d)
 		return err
 	})
@@ -75,6 +86,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	for _, e := range d.Events {
 		r.event(gateway, e)
 	}
+	// Renewals follow the decision only once it is written: the gateway
+	// trusts the new root before any client is moved to it.
+	if r.renewer != nil {
+		if n := r.renewer.update(dueClients(d.Renew, views)); n > 0 {
+			r.event(gateway, renewalEvent(n, d, r.cfg))
+		}
+	}
 	return reconcile.Result{RequeueAfter: r.requeueAfter(d)}, nil
 }
 
@@ -90,18 +108,48 @@ func (r *Reconciler) requeueAfter(d bundle.Decision) time.Duration {
 	return after
 }
 
-// decide runs the configured strategy. Client tracking arrives with client
-// renewal; until then the zero-downtime strategy keeps old roots until they
+// decide runs the configured strategy. Without a client selector, clients
+// are not tracked: the zero-downtime strategy then keeps old roots until they
 // expire and switches the server when the grace period ends.
-func (r *Reconciler) decide(gw bundle.Gateway, root *bundle.Root) bundle.Decision {
+func (r *Reconciler) decide(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients) bundle.Decision {
 	now := r.cfg.Clock.Now()
 	if r.cfg.Legacy {
-		return legacy.Plan(gw, root, now)
+		return legacy.Plan(gw, root, clients, now)
 	}
-	return bundle.Plan(gw, root, bundle.Clients{}, bundle.Timings{
+	return bundle.Plan(gw, root, clients, bundle.Timings{
 		TrustPropagationDelay: r.cfg.TrustPropagationDelay,
 		ServerSwitchGrace:     r.cfg.ServerSwitchGrace,
 	}, now)
+}
+
+// dueClients are the clients a decision wants renewed, minus those
+// cert-manager is issuing already, with what the renewer needs of them.
+func dueClients(names []string, views map[string]clientView) map[types.NamespacedName]dueClient {
+	due := make(map[types.NamespacedName]dueClient, len(names))
+	for _, name := range names {
+		v, ok := views[name]
+		if !ok || v.inFlight {
+			continue
+		}
+		d := dueClient{secret: types.NamespacedName{Namespace: v.cert.Namespace, Name: v.cert.Spec.SecretName}, failedBefore: failed(v.cert)}
+		if v.secret != nil {
+			d.hasSecret, d.secretUID, d.secretRV = true, v.secret.UID, v.secret.ResourceVersion
+		}
+		due[types.NamespacedName{Namespace: v.cert.Namespace, Name: v.cert.Name}] = d
+	}
+	return due
+}
+
+// renewalEvent tells that clients were queued for renewal, once per batch.
+func renewalEvent(n int, d bundle.Decision, cfg Config) bundle.Event {
+	if cfg.Legacy {
+		return bundle.Event{Reason: bundle.ReasonClientRenewalTriggered, Message: fmt.Sprintf(
+			"legacy strategy: deleting the secrets of %d clients not issued by root %s, so cert-manager re-issues them (%.3g/s)",
+			n, bundle.Short(d.State.Root), cfg.RenewalQPS)}
+	}
+	return bundle.Event{Reason: bundle.ReasonClientRenewalTriggered, Message: fmt.Sprintf(
+		"re-issuing %d clients from root %s through cert-manager's Issuing condition (%.3g/s)",
+		n, bundle.Short(d.State.Root), cfg.RenewalQPS)}
 }
 
 // readRoot returns the validated root. Any reason the root cannot be used

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,6 +55,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.NewTypedPredicateFuncs(func(o *corev1.Secret) bool {
 				return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
 			})))
+	}
+	if r.cfg.ClientSelector != nil {
+		c, err := newClientCache(mgr, r.cfg)
+		if err != nil {
+			return err
+		}
+		r.caches = append(r.caches, c)
+		r.clients = &clientTracker{reader: c, cfg: r.cfg}
+		if err := mgr.Add(c); err != nil {
+			return fmt.Errorf("adding the client cache: %w", err)
+		}
+		// Every client change may move a rotation on: one work item again.
+		b = b.WatchesRawSource(source.Kind(c, &cmapi.Certificate{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *cmapi.Certificate) []reconcile.Request {
+				return []reconcile.Request{r.request()}
+			}))).
+			WatchesRawSource(source.Kind(c, &corev1.Secret{},
+				handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Secret) []reconcile.Request {
+					return []reconcile.Request{r.request()}
+				})))
 	}
 	return b.Complete(r)
 }

@@ -1,0 +1,205 @@
+package syncer
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"fmt"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// Client tracking.
+//
+// The selected Certificates are cached through their label selector, and
+// their Secrets through the label cert-manager puts on every Secret it
+// writes, in the client namespaces only; a transform keeps nothing of a
+// Secret but tls.crt and ca.crt. Memory therefore grows with the
+// certificates cert-manager manages there, never with all Secrets, and no
+// client private key is ever held by dualca.
+
+// clientSecretSelector matches the Secrets cert-manager writes for
+// Certificates ("for the attention of" its controller).
+var clientSecretSelector = labels.SelectorFromSet(labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"})
+
+// newClientCache returns the cache of the selected Certificates and of the
+// client Secrets.
+func newClientCache(mgr ctrl.Manager, cfg Config) (cache.Cache, error) {
+	namespaces := map[string]cache.Config{}
+	for _, ns := range cfg.ClientNamespaces {
+		namespaces[ns] = cache.Config{}
+	}
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient:        mgr.GetHTTPClient(),
+		Scheme:            mgr.GetScheme(),
+		Mapper:            mgr.GetRESTMapper(),
+		DefaultNamespaces: namespaces,
+		DefaultTransform:  cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&cmapi.Certificate{}: {Label: cfg.ClientSelector},
+			&corev1.Secret{}:     {Label: clientSecretSelector, Transform: publicPartsOnly},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the client cache: %w", err)
+	}
+	return c, nil
+}
+
+// publicPartsOnly drops everything of a client Secret but its certificates.
+func publicPartsOnly(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields = nil
+	for k := range s.Data {
+		if k != corev1.TLSCertKey && k != caKey {
+			delete(s.Data, k)
+		}
+	}
+	s.StringData = nil
+	return s, nil
+}
+
+// clientView is one selected client as the reconciler saw it.
+type clientView struct {
+	cert     *cmapi.Certificate
+	secret   *corev1.Secret // nil when missing
+	inFlight bool           // cert-manager is issuing it now
+}
+
+// clientTracker reads the selected clients from the cache and remembers the
+// certificates it parsed, by Secret content, so a reconcile over thousands
+// of clients parses only what changed.
+type clientTracker struct {
+	reader client.Reader
+	cfg    Config
+
+	mu     sync.Mutex
+	parsed map[types.UID]parsedSecret
+}
+
+type parsedSecret struct {
+	sum  [sha256.Size]byte
+	leaf *x509.Certificate
+	ca   []*x509.Certificate
+}
+
+// read returns what the decision needs to know of the selected clients, and
+// the objects behind them by name (NAMESPACE/NAME of the Certificate).
+func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
+	out := bundle.Clients{Tracked: true}
+	views := map[string]clientView{}
+	seen := map[types.UID]bool{}
+	for _, ns := range t.cfg.ClientNamespaces {
+		var list cmapi.CertificateList
+		if err := t.reader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.cfg.ClientSelector}); err != nil {
+			return out, nil, fmt.Errorf("listing client certificates in %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			crt := &list.Items[i]
+			name := crt.Namespace + "/" + crt.Name
+			v := clientView{cert: crt, inFlight: issuing(crt)}
+			c := bundle.Client{Name: name, Failed: failed(crt)}
+			s := &corev1.Secret{}
+			err := t.reader.Get(ctx, types.NamespacedName{Namespace: crt.Namespace, Name: crt.Spec.SecretName}, s)
+			if err == nil {
+				v.secret = s
+				p := t.parse(s)
+				seen[s.UID] = true
+				c.Leaf, c.CA = p.leaf, p.ca
+			} else if client.IgnoreNotFound(err) != nil {
+				return out, nil, fmt.Errorf("reading the secret of client %s: %w", name, err)
+			}
+			views[name] = v
+			out.Items = append(out.Items, c)
+		}
+	}
+	t.mu.Lock()
+	for uid := range t.parsed {
+		if !seen[uid] {
+			delete(t.parsed, uid)
+		}
+	}
+	t.mu.Unlock()
+	return out, views, nil
+}
+
+// parse reads a client Secret's leaf and ca.crt. Damaged data reads as no
+// leaf or no CA: such a client is simply not on any root.
+func (t *clientTracker) parse(s *corev1.Secret) parsedSecret {
+	h := sha256.New()
+	h.Write(s.Data[corev1.TLSCertKey])
+	h.Write([]byte{0})
+	h.Write(s.Data[caKey])
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.parsed[s.UID]; ok && p.sum == sum {
+		return p
+	}
+	p := parsedSecret{sum: sum}
+	if certs, err := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey]); err == nil && !certs[0].IsCA {
+		p.leaf = certs[0]
+	}
+	if certs, err := bundle.ParseCertificates(caKey, s.Data[caKey]); err == nil {
+		p.ca = certs
+	}
+	if t.parsed == nil {
+		t.parsed = map[types.UID]parsedSecret{}
+	}
+	t.parsed[s.UID] = p
+	return p
+}
+
+// failed reports whether cert-manager's last attempt to issue crt failed
+// and no new attempt is under way.
+func failed(crt *cmapi.Certificate) bool {
+	return crt.Status.LastFailureTime != nil && !issuing(crt)
+}
+
+// Certificate conditions. cert-manager's pkg/api/util has these helpers but
+// importing it pulls in its whole logging stack (component-base, cobra,
+// OpenTelemetry), so the two that dualca needs are written here.
+
+// condition returns crt's condition of type typ, or nil.
+func condition(crt *cmapi.Certificate, typ cmapi.CertificateConditionType) *cmapi.CertificateCondition {
+	for i := range crt.Status.Conditions {
+		if crt.Status.Conditions[i].Type == typ {
+			return &crt.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// issuing reports whether cert-manager is issuing crt now.
+func issuing(crt *cmapi.Certificate) bool {
+	c := condition(crt, cmapi.CertificateConditionIssuing)
+	return c != nil && c.Status == cmmeta.ConditionTrue
+}
+
+// setIssuing sets the Issuing condition to True with reason, as cmctl renew
+// does; the transition time is now, by dualca's clock.
+func setIssuing(crt *cmapi.Certificate, reason, message string, now time.Time) {
+	c := cmapi.CertificateCondition{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue,
+		Reason: reason, Message: message, ObservedGeneration: crt.Generation, LastTransitionTime: &metav1.Time{Time: now}}
+	if old := condition(crt, cmapi.CertificateConditionIssuing); old != nil {
+		*old = c
+		return
+	}
+	crt.Status.Conditions = append(crt.Status.Conditions, c)
+}

@@ -1,0 +1,242 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Renewal.
+//
+// The reconciler decides which clients are due; the renewer acts on them,
+// one at a time, at the pace of a token bucket (--renewal-qps,
+// --renewal-burst) with jitter, so ten thousand clients do not stampede the
+// API server or the issuer. A client that keeps failing is retried with
+// exponential backoff, up to the poll interval. The action is the
+// strategy's: zero-downtime sets cert-manager's Issuing condition (what
+// `cmctl renew` does) and never deletes anything; legacy deletes the
+// client's Secret, as the behaviour it reproduces did.
+
+// Renewal results, for logs and metrics.
+const (
+	renewalTriggered = "triggered"
+	renewalSkipped   = "skipped"
+	renewalFailed    = "failed"
+)
+
+// renewer is a manager Runnable that works through the clients due for
+// renewal. Only the leader runs it.
+type renewer struct {
+	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	writer client.Client
+	reader client.Reader // uncached: a renewal acts on what is, not on a cache
+	legacy bool
+	now    func() time.Time
+
+	mu sync.Mutex
+	// queued are the clients in the queue and not yet taken by the worker:
+	// the reconciler, which runs at every client change, does not add them
+	// again (each add would spend a token of the bucket).
+	queued map[types.NamespacedName]bool
+	// due is the latest decision: a client queued earlier that is no longer
+	// due (cert-manager renewed it meanwhile) is skipped.
+	due map[types.NamespacedName]dueClient
+	// result counts renewals by result, for tests and metrics.
+	results map[string]int
+}
+
+// dueClient is what the decision knew of a client due for renewal.
+type dueClient struct {
+	secret       types.NamespacedName
+	secretUID    types.UID
+	secretRV     string
+	hasSecret    bool
+	failedBefore bool
+}
+
+// renewalRateLimiter is the token bucket with jitter for every trigger,
+// combined with per-client exponential backoff for clients that fail.
+func renewalRateLimiter(qps float64, burst int, maxBackoff time.Duration) workqueue.TypedRateLimiter[types.NamespacedName] {
+	return &jitter[types.NamespacedName]{
+		TypedRateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](50*time.Millisecond, maxBackoff),
+			&workqueue.TypedBucketRateLimiter[types.NamespacedName]{Limiter: rate.NewLimiter(rate.Limit(qps), burst)},
+		),
+		// Up to a tenth of the interval between two tokens: enough to spread
+		// a burst that starts on one tick, never enough to slow the rate.
+		max: time.Duration(float64(time.Second) / qps / 10),
+	}
+}
+
+// jitter adds a random delay in [0, max) to another rate limiter's.
+type jitter[T comparable] struct {
+	workqueue.TypedRateLimiter[T]
+	max time.Duration
+}
+
+func (j *jitter[T]) When(item T) time.Duration {
+	d := j.TypedRateLimiter.When(item)
+	if j.max > 0 {
+		d += rand.N(j.max)
+	}
+	return d
+}
+
+func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer {
+	return &renewer{
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			renewalRateLimiter(cfg.RenewalQPS, cfg.RenewalBurst, cfg.PollInterval),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
+		writer:  writer,
+		reader:  reader,
+		legacy:  cfg.Legacy,
+		now:     cfg.Clock.Now,
+		queued:  map[types.NamespacedName]bool{},
+		results: map[string]int{},
+	}
+}
+
+// update takes the latest decision: the clients due now. It queues those
+// not already queued, and forgets the backoff of those no longer due. It
+// returns how many were queued.
+func (w *renewer) update(due map[types.NamespacedName]dueClient) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for key := range w.due {
+		if _, still := due[key]; !still {
+			w.queue.Forget(key)
+		}
+	}
+	w.due = due
+	added := 0
+	for key := range due {
+		if !w.queued[key] {
+			w.queued[key] = true
+			w.queue.AddRateLimited(key)
+			added++
+		}
+	}
+	return added
+}
+
+// Start runs the worker until ctx ends.
+func (w *renewer) Start(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for w.next(ctx) {
+	}
+	return nil
+}
+
+// NeedLeaderElection: only the leader renews.
+func (w *renewer) NeedLeaderElection() bool { return true }
+
+func (w *renewer) next(ctx context.Context) bool {
+	key, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(key)
+	w.mu.Lock()
+	delete(w.queued, key)
+	d, due := w.due[key]
+	w.mu.Unlock()
+	log := logf.FromContext(ctx).WithValues("client", key.String())
+
+	result, err := renewalSkipped, error(nil)
+	if due {
+		if w.legacy {
+			result, err = w.deleteSecret(ctx, d)
+		} else {
+			result, err = w.triggerIssuance(ctx, key)
+		}
+	}
+	if err != nil {
+		result = renewalFailed
+		log.Error(err, "client renewal failed; retrying with backoff")
+		w.mu.Lock()
+		if !w.queued[key] {
+			w.queued[key] = true
+			w.queue.AddRateLimited(key)
+		}
+		w.mu.Unlock()
+	} else if result == renewalTriggered {
+		log.V(1).Info("client renewal triggered", "legacy", w.legacy)
+	}
+	w.mu.Lock()
+	w.results[result]++
+	w.mu.Unlock()
+	return true
+}
+
+// triggerIssuance sets Issuing=True on the client's Certificate, read fresh,
+// unless cert-manager is already issuing it.
+func (w *renewer) triggerIssuance(ctx context.Context, key types.NamespacedName) (string, error) {
+	result := renewalSkipped
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crt := &cmapi.Certificate{}
+		if err := w.reader.Get(ctx, key, crt); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		if issuing(crt) {
+			return nil // in flight: re-triggering would only restart it
+		}
+		setIssuing(crt, "ManuallyTriggered", "Re-issuance triggered by dualca: the CA root rotated", w.now())
+		if err := w.writer.Status().Update(ctx, crt); err != nil {
+			return err
+		}
+		result = renewalTriggered
+		return nil
+	})
+	if err != nil {
+		return renewalFailed, fmt.Errorf("setting Issuing on certificate %s: %w", key, err)
+	}
+	return result, nil
+}
+
+// deleteSecret is the legacy action: delete the client's Secret as it was
+// when found due, so cert-manager re-issues it. The preconditions make it a
+// no-op if cert-manager replaced the Secret meanwhile.
+func (w *renewer) deleteSecret(ctx context.Context, d dueClient) (string, error) {
+	if !d.hasSecret {
+		return renewalSkipped, nil
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.secret.Namespace, Name: d.secret.Name}}
+	err := w.writer.Delete(ctx, s, client.Preconditions{UID: &d.secretUID, ResourceVersion: &d.secretRV})
+	switch {
+	case err == nil:
+		return renewalTriggered, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return renewalSkipped, nil
+	}
+	return renewalFailed, fmt.Errorf("deleting client secret %s: %w", d.secret, err)
+}
+
+// counts returns the renewals by result so far.
+func (w *renewer) counts() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.results))
+	for k, v := range w.results {
+		out[k] = v
+	}
+	return out
+}
