@@ -123,12 +123,18 @@ func (r *Reconciler) decide(gw bundle.Gateway, root *bundle.Root, clients bundle
 }
 
 // dueClients are the clients a decision wants renewed, minus those
-// cert-manager is issuing already, with what the renewer needs of them.
-func dueClients(names []string, views map[string]clientView) map[types.NamespacedName]dueClient {
+// cert-manager is issuing already (returned apart), with what the renewer
+// needs of them.
+func dueClients(names []string, views map[string]clientView) (map[types.NamespacedName]dueClient, map[types.NamespacedName]bool) {
 	due := make(map[types.NamespacedName]dueClient, len(names))
+	inFlight := map[types.NamespacedName]bool{}
 	for _, name := range names {
 		v, ok := views[name]
-		if !ok || v.inFlight {
+		if !ok {
+			continue
+		}
+		if v.inFlight {
+			inFlight[types.NamespacedName{Namespace: v.cert.Namespace, Name: v.cert.Name}] = true
 			continue
 		}
 		d := dueClient{secret: types.NamespacedName{Namespace: v.cert.Namespace, Name: v.cert.Spec.SecretName}, failedBefore: failed(v.cert)}
@@ -137,7 +143,7 @@ func dueClients(names []string, views map[string]clientView) map[types.Namespace
 		}
 		due[types.NamespacedName{Namespace: v.cert.Namespace, Name: v.cert.Name}] = d
 	}
-	return due
+	return due, inFlight
 }
 
 // renewalEvent tells that clients were queued for renewal, once per batch.

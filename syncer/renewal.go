@@ -109,14 +109,15 @@ func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer
 	}
 }
 
-// update takes the latest decision: the clients due now. It queues those
-// not already queued, and forgets the backoff of those no longer due. It
-// returns how many were queued.
-func (w *renewer) update(due map[types.NamespacedName]dueClient) int {
+// update takes the latest decision: the clients due now, and those of them
+// cert-manager is issuing already (not queued, their backoff kept). It
+// queues the others not already queued, and forgets the backoff of clients
+// no longer due at all. It returns how many were queued.
+func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[types.NamespacedName]bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key := range w.due {
-		if _, still := due[key]; !still {
+		if _, still := due[key]; !still && !inFlight[key] {
 			w.queue.Forget(key)
 		}
 	}

@@ -1,12 +1,22 @@
 package e2e
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
-	"math/rand/v2"
+	"encoding/pem"
+	"fmt"
+	mrand "math/rand/v2"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 )
@@ -17,7 +27,7 @@ const clients = 20
 // pause waits a random moment, so rotations land at different points of
 // whatever dualca, cert-manager and the clients are doing.
 func pause(min, max time.Duration) {
-	<-time.After(min + rand.N(max-min))
+	<-time.After(min + mrand.N(max-min))
 }
 
 // TestZeroDowntimeRotationsFailNoHandshake: three forced rotations at random
@@ -109,4 +119,96 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 func (s *scenario) logPhases(what string, root *x509.Certificate) {
 	b, r, sw, st := s.watch.phases(root)
 	s.t.Logf("%s: root changed -> in bundle %v, renewing %v, server switched %v, steady %v", what, b, r, sw, st)
+}
+
+// TestABrokenClientDelaysTheSwitchUntilTheGracePeriod: one client's issuer
+// cannot sign any more (its CA Secret's key no longer matches), so its
+// re-issuance fails. It shows as failed; the server switch waits for the
+// grace period and is then forced with a Warning; the other clients never
+// fail a handshake.
+func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients-1)
+	const doomed = "doomed"
+	// Its issuer signs with a copy of the root Secret, good at first.
+	root := &corev1.Secret{}
+	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
+	s.g.Expect(cl.Client.Create(s.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "doomed-ca"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: root.Data[corev1.TLSCertKey], corev1.TLSPrivateKeyKey: root.Data[corev1.TLSPrivateKeyKey]},
+	})).To(Succeed())
+	s.g.Expect(cl.CreateCAIssuer(s.ctx, s.ns, "doomed-ca", "doomed-ca")).To(Succeed())
+	s.g.Expect(cl.Client.Create(s.ctx, cl.ClientCertificate(s.ns, "doomed-ca", doomed, map[string]string{clientLabel: "agent"}))).To(Succeed())
+	s.g.Expect(cl.WaitReady(s.ctx, s.ns, doomed)).To(Succeed())
+	s.clients = append(s.clients, doomed)
+
+	o := s.options(false)
+	o.ServerSwitchGrace = 8 * time.Second
+	s.startDualca(o)
+	s.startTraffic()
+
+	// Now break the issuer: same certificate, another key.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	der, err := x509.MarshalECPrivateKey(key)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	broken := &corev1.Secret{}
+	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "doomed-ca"}, broken)).To(Succeed())
+	broken.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	s.g.Expect(cl.Client.Update(s.ctx, broken)).To(Succeed())
+
+	r2 := s.rotate()
+	gateway := func() map[string]string {
+		gw := &corev1.Secret{}
+		_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+		return gw.Annotations
+	}
+	s.g.Eventually(gateway).WithTimeout(30*time.Second).Should(HaveKeyWithValue(bundle.AnnotationClients,
+		fmt.Sprintf("renewed=%d pending=0 failed=1", clients-1)), "the broken client shows as failed, the others renewed")
+	s.g.Expect(gateway()).NotTo(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r2)), "the server waits")
+
+	s.g.Eventually(gateway).WithTimeout(30 * time.Second).Should(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r2)))
+	a := gateway()
+	added, _ := time.Parse(time.RFC3339, a[bundle.AnnotationRootAddedAt])
+	switched, _ := time.Parse(time.RFC3339, a[bundle.AnnotationServerSwitchedAt])
+	s.g.Expect(switched.Sub(added)).To(BeNumerically(">=", o.ServerSwitchGrace), "the switch came only when the grace period ended")
+	s.g.Eventually(func() ([]string, error) { return eventReasons(s) }).Should(ContainElement("Warning " + bundle.ReasonServerSwitchForced))
+
+	// The broken client's leaf still chains to R1, so R1 stays trusted.
+	roots := func() []string {
+		gw := &corev1.Secret{}
+		_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+		cs, _ := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
+		return fingerprints(cs)
+	}
+	s.g.Consistently(roots).WithTimeout(3 * time.Second).Should(HaveLen(2))
+	s.report("a client that cannot be re-issued")
+	stats := s.fleet.Stats()
+	for name, c := range stats.Clients {
+		if name != doomed {
+			s.g.Expect(c.Failures).To(BeZero(), "client %s is unaffected: %v", name, c.Errors)
+		}
+	}
+	for e := range s.gateway.Stats().Errors {
+		// The broken client refusing the new server shows on the gateway as
+		// its alert; the gateway itself must refuse nobody.
+		s.g.Expect(e).To(HavePrefix("remote error"), "the gateway still trusts the broken client's root")
+	}
+	versions, violations := s.watch.result()
+	s.g.Expect(violations).To(BeEmpty())
+	t.Logf("gateway versions checked: %d; the broken client failed %d handshakes after the forced switch", versions, stats.Clients[doomed].Failures)
+}
+
+// eventReasons lists "Type Reason" of the events in the scenario's namespace.
+func eventReasons(s *scenario) ([]string, error) {
+	var list eventsv1.EventList
+	if err := cl.Client.List(s.ctx, &list, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, e.Type+" "+e.Reason)
+	}
+	return out, nil
 }
