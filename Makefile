@@ -1,7 +1,8 @@
 # dualca — make help lists the targets.
 #
 # Everything is built from the Go module proxy into ./bin (git-ignored):
-# dualca itself, and the kube-apiserver and etcd the tests run against.
+# dualca itself, and the kube-apiserver, etcd and cert-manager controller the
+# tests run against.
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -29,12 +30,16 @@ $(BIN)/dualca: $(GO_SOURCES)
 build: $(BIN)/dualca ## build bin/dualca
 
 .PHONY: test
-test: control-plane ## run every test: unit, fuzz seeds, model, integration on a real kube-apiserver + etcd
+test: control-plane cert-manager ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/integration)
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls)')
+
+.PHONY: test-e2e
+test-e2e: control-plane cert-manager ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
+	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane

@@ -49,7 +49,9 @@ func TestPlan(t *testing.T) {
 	// A CA issuer's Secret: ca.crt is the issuer, not tls.crt.
 	root1Issued := lgRoot(t, r1, parent.CertPEM)
 	root1Chain := lgRoot(t, r1, certs.Bundle(r1, parent))
-	copyOf := func(r *bundle.Root) bundle.Gateway { return lgWritten(legacy.Plan(bundle.Gateway{}, r, bundle.Clients{}, lgNow)) }
+	copyOf := func(r *bundle.Root) bundle.Gateway {
+		return lgWritten(legacy.Plan(bundle.Gateway{}, r, bundle.Clients{}, lgNow))
+	}
 	edited := func(gw bundle.Gateway, ca, key []byte) bundle.Gateway {
 		if ca != nil {
 			gw.CAPEM = ca
