@@ -279,7 +279,13 @@ type monitor struct {
 	mu         sync.Mutex
 	leaves     map[string]*x509.Certificate // client Secret name -> leaf
 	gateway    *corev1.Secret
+	root       *x509.Certificate // the root Secret's current root
 	violations []string
+	// races counts client leaves issued by a root that the root Secret
+	// already holds but that dualca has not yet written to the gateway:
+	// cert-manager issuing from a root it just rotated, inside dualca's
+	// propagation time. Not dualca's to prevent; the window is measured.
+	races int
 	versions   int
 	// firsts records when something was first seen: "root <fp>",
 	// "phase <Phase> <root fp>", "server <fp>".
@@ -320,6 +326,7 @@ func (m *monitor) seen(s *corev1.Secret, deleted bool) {
 	case s.Name == rootName:
 		if cs, err := bundle.ParseCertificates("tls.crt", s.Data["tls.crt"]); err == nil && !deleted {
 			first("root " + bundle.Fingerprint(cs[0]))
+			m.root = cs[0]
 		}
 		return
 	case s.Name == gatewayName:
@@ -362,16 +369,23 @@ func (m *monitor) check(now time.Time) {
 		m.violations = append(m.violations, "gateway "+m.gateway.ResourceVersion+": the server's root is not in ca.crt")
 	}
 	for name, leaf := range m.leaves {
-		if now.Before(leaf.NotAfter) && !trusted(leaf) {
-			m.violations = append(m.violations, fmt.Sprintf("gateway %s does not trust the root of client %s", m.gateway.ResourceVersion, name))
+		if !now.Before(leaf.NotAfter) || trusted(leaf) {
+			continue
 		}
+		if m.root != nil && bundle.ChainsTo(leaf, m.root) && m.gateway.Annotations[bundle.AnnotationRoot] != bundle.Fingerprint(m.root) {
+			m.races++
+			continue
+		}
+		m.violations = append(m.violations, fmt.Sprintf("gateway %s does not trust the root of client %s", m.gateway.ResourceVersion, name))
 	}
 }
 
-func (m *monitor) result() (versions int, violations []string) {
+// result returns the gateway versions seen, the races (see monitor) and
+// the violations of the invariant.
+func (m *monitor) result() (versions, races int, violations []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.versions, slices.Clone(m.violations)
+	return m.versions, m.races, slices.Clone(m.violations)
 }
 
 // phases returns how long after the root changed the gateway first
