@@ -191,14 +191,17 @@ func (s *scenario) converged(root *x509.Certificate, legacy bool, timeout time.D
 		HaveField("Total.Successes", BeNumerically(">", base+2*len(s.clients)))), "every client gets through")
 }
 
+// annotations are the gateway Secret's, nil when it cannot be read.
+func (s *scenario) annotations() map[string]string {
+	gw := &corev1.Secret{}
+	_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+	return gw.Annotations
+}
+
 // waitPhase waits until the gateway records phase for root.
 func (s *scenario) waitPhase(root *x509.Certificate, phase bundle.Phase) {
 	s.t.Helper()
-	s.g.Eventually(func() map[string]string {
-		gw := &corev1.Secret{}
-		_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
-		return gw.Annotations
-	}).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(And(
+	s.g.Eventually(s.annotations).WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(And(
 		HaveKeyWithValue(bundle.AnnotationRoot, bundle.Fingerprint(root)),
 		HaveKeyWithValue(bundle.AnnotationPhase, string(phase))))
 }

@@ -1,0 +1,312 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// issuerRef names an Issuer in full: without the webhook, cert-manager
+// defaults neither kind nor group.
+func issuerRef(name string) cmmeta.IssuerReference {
+	return cmmeta.IssuerReference{Name: name, Kind: cmapi.IssuerKind, Group: "cert-manager.io"}
+}
+
+// ecdsaP256 is the key of every certificate made here. A new key on every
+// issuance is cert-manager's default since 1.18; it is spelled out anyway.
+func ecdsaP256() *cmapi.CertificatePrivateKey {
+	return &cmapi.CertificatePrivateKey{
+		Algorithm:      cmapi.ECDSAKeyAlgorithm,
+		Size:           256,
+		Encoding:       cmapi.PKCS1,
+		RotationPolicy: cmapi.RotationPolicyAlways,
+	}
+}
+
+// CreateNamespace creates a namespace.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	return c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// CreateRootCA creates a SelfSigned Issuer <name>-selfsigned and, issued by
+// it, a root CA Certificate <name> (ECDSA P-256, Options.RootDuration) whose
+// Secret is <name>. It waits until the Certificate is Ready and returns the
+// root.
+func (c *Cluster) CreateRootCA(ctx context.Context, ns, name string) (*x509.Certificate, error) {
+	selfSigned := name + "-selfsigned"
+	issuer := &cmapi.Issuer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: selfSigned},
+		Spec:       cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}},
+	}
+	if err := c.Client.Create(ctx, issuer); err != nil {
+		return nil, err
+	}
+	root := &cmapi.Certificate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: cmapi.CertificateSpec{
+			CommonName: name,
+			SecretName: name,
+			IsCA:       true,
+			Duration:   &metav1.Duration{Duration: c.opts.RootDuration},
+			Usages:     []cmapi.KeyUsage{cmapi.UsageCertSign, cmapi.UsageCRLSign, cmapi.UsageDigitalSignature},
+			PrivateKey: ecdsaP256(),
+			IssuerRef:  issuerRef(selfSigned),
+		},
+	}
+	if err := c.Client.Create(ctx, root); err != nil {
+		return nil, err
+	}
+	if err := c.WaitReady(ctx, ns, name); err != nil {
+		return nil, err
+	}
+	return c.leaf(ctx, ns, name)
+}
+
+// CreateCAIssuer creates a CA Issuer signing with the Secret caSecretName
+// and waits until it is Ready.
+func (c *Cluster) CreateCAIssuer(ctx context.Context, ns, name, caSecretName string) error {
+	issuer := &cmapi.Issuer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: caSecretName}}},
+	}
+	if err := c.Client.Create(ctx, issuer); err != nil {
+		return err
+	}
+	return c.waitIssuerReady(ctx, ns, name)
+}
+
+// ClientCertificate is the Certificate that CreateClients creates: a client
+// certificate (client auth, digital signature; ECDSA P-256;
+// Options.ClientDuration) for common name name, in Secret name, issued by
+// the Issuer issuerName. labels go on the Certificate and, through its
+// secretTemplate, on the Secret. Create it yourself when cert-manager is
+// not expected to make it Ready.
+func (c *Cluster) ClientCertificate(ns, issuerName, name string, labels map[string]string) *cmapi.Certificate {
+	return &cmapi.Certificate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: cmapi.CertificateSpec{
+			CommonName:     name,
+			SecretName:     name,
+			SecretTemplate: &cmapi.CertificateSecretTemplate{Labels: labels},
+			Duration:       &metav1.Duration{Duration: c.opts.ClientDuration},
+			Usages:         []cmapi.KeyUsage{cmapi.UsageClientAuth, cmapi.UsageDigitalSignature},
+			PrivateKey:     ecdsaP256(),
+			IssuerRef:      issuerRef(issuerName),
+		},
+	}
+}
+
+// CreateClients creates n ClientCertificates named <prefix>-1 to <prefix>-n
+// and waits until all are Ready. It returns their names, which are also
+// those of their Secrets.
+func (c *Cluster) CreateClients(ctx context.Context, ns, issuerName, prefix string, n int, labels map[string]string) ([]string, error) {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", prefix, i+1)
+		if err := c.Client.Create(ctx, c.ClientCertificate(ns, issuerName, names[i], labels)); err != nil {
+			return nil, err
+		}
+	}
+	return names, c.WaitReady(ctx, ns, names...)
+}
+
+// Trigger asks cert-manager to issue the Certificate again now, as `cmctl
+// renew` does: it sets the Issuing condition to True with reason
+// ManuallyTriggered. It does not wait.
+func (c *Cluster) Trigger(ctx context.Context, ns, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crt := &cmapi.Certificate{}
+		if err := c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, crt); err != nil {
+			return err
+		}
+		if condition(crt, cmapi.CertificateConditionIssuing) == cmmeta.ConditionTrue {
+			return fmt.Errorf("certificate %s/%s is already being issued", ns, name)
+		}
+		now := metav1.Now()
+		issuing := cmapi.CertificateCondition{
+			Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue,
+			Reason: "ManuallyTriggered", Message: "Certificate re-issuance manually triggered",
+			LastTransitionTime: &now, ObservedGeneration: crt.Generation,
+		}
+		crt.Status.Conditions = append(without(crt.Status.Conditions, cmapi.CertificateConditionIssuing), issuing)
+		return c.Client.Status().Update(ctx, crt)
+	})
+}
+
+// Reissue triggers the Certificate and waits until its Secret holds a new
+// certificate and the Certificate is Ready again. It returns the new
+// certificate (the first of tls.crt).
+func (c *Cluster) Reissue(ctx context.Context, ns, name string) (*x509.Certificate, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	before, err := c.tlsCrt(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Trigger(ctx, ns, name); err != nil {
+		return nil, err
+	}
+	err = c.waitFor(ctx, "certificate "+key.String()+" to be reissued", func(ctx context.Context) (bool, string, error) {
+		after, err := c.tlsCrt(ctx, key)
+		if err != nil || bytes.Equal(after, before) {
+			return false, "tls.crt unchanged", err
+		}
+		return c.settled(ctx, key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.leaf(ctx, ns, name)
+}
+
+// RotateRoot is Reissue for the root made by CreateRootCA: it returns the
+// new root, which has a new key. CA Issuers signing with its Secret sign
+// with the new root from then on; certificates they issued earlier are not
+// renewed by that.
+func (c *Cluster) RotateRoot(ctx context.Context, ns, certName string) (*x509.Certificate, error) {
+	return c.Reissue(ctx, ns, certName)
+}
+
+// WaitReady waits until each Certificate is Ready for its current
+// generation and not being issued.
+func (c *Cluster) WaitReady(ctx context.Context, ns string, names ...string) error {
+	for _, name := range names {
+		key := types.NamespacedName{Namespace: ns, Name: name}
+		if err := c.waitFor(ctx, "certificate "+key.String()+" to be Ready", func(ctx context.Context) (bool, string, error) {
+			return c.settled(ctx, key)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settled is whether a Certificate is Ready, for its current generation, and
+// not being issued; the state is a summary of its conditions.
+func (c *Cluster) settled(ctx context.Context, key types.NamespacedName) (bool, string, error) {
+	crt := &cmapi.Certificate{}
+	if err := c.Client.Get(ctx, key, crt); err != nil {
+		return false, "", client.IgnoreNotFound(err)
+	}
+	var state []string
+	ready := false
+	for _, cond := range crt.Status.Conditions {
+		state = append(state, fmt.Sprintf("%s=%s (%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message))
+		if cond.Type == cmapi.CertificateConditionReady {
+			ready = cond.Status == cmmeta.ConditionTrue && cond.ObservedGeneration == crt.Generation
+		}
+	}
+	issuing := condition(crt, cmapi.CertificateConditionIssuing) == cmmeta.ConditionTrue
+	return ready && !issuing, strings.Join(state, ", "), nil
+}
+
+// waitIssuerReady waits until an Issuer is Ready for its current generation.
+func (c *Cluster) waitIssuerReady(ctx context.Context, ns, name string) error {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	return c.waitFor(ctx, "issuer "+key.String()+" to be Ready", func(ctx context.Context) (bool, string, error) {
+		issuer := &cmapi.Issuer{}
+		if err := c.Client.Get(ctx, key, issuer); err != nil {
+			return false, "", client.IgnoreNotFound(err)
+		}
+		for _, cond := range issuer.Status.Conditions {
+			if cond.Type == cmapi.IssuerConditionReady {
+				ok := cond.Status == cmmeta.ConditionTrue && cond.ObservedGeneration == issuer.Generation
+				return ok, fmt.Sprintf("Ready=%s (%s: %s)", cond.Status, cond.Reason, cond.Message), nil
+			}
+		}
+		return false, "no Ready condition", nil
+	})
+}
+
+// probe creates a SelfSigned Issuer, waits until cert-manager makes it
+// Ready, and deletes it.
+func (c *Cluster) probe(ctx context.Context, name string) error {
+	issuer := &cmapi.Issuer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name},
+		Spec:       cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}},
+	}
+	if err := c.Client.Create(ctx, issuer); err != nil {
+		return err
+	}
+	if err := c.waitIssuerReady(ctx, metav1.NamespaceDefault, name); err != nil {
+		return err
+	}
+	return c.Client.Delete(ctx, issuer)
+}
+
+// waitFor polls done until it holds, Options.Timeout passes or cert-manager
+// exits. done also reports the state it saw, for the error on timeout.
+func (c *Cluster) waitFor(ctx context.Context, what string, done func(context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	defer cancel()
+	last := "nothing yet"
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := c.exited(); err != nil {
+			return false, err
+		}
+		ok, state, err := done(ctx)
+		if state != "" {
+			last = state
+		}
+		return ok, err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s (last seen: %s): %w", what, last, err)
+	}
+	return nil
+}
+
+// tlsCrt is the tls.crt of a Secret, nil if there is none yet.
+func (c *Cluster) tlsCrt(ctx context.Context, key types.NamespacedName) ([]byte, error) {
+	secret := &corev1.Secret{}
+	if err := c.Client.Get(ctx, key, secret); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return secret.Data[corev1.TLSCertKey], nil
+}
+
+// leaf is the first certificate in the tls.crt of a Secret.
+func (c *Cluster) leaf(ctx context.Context, ns, name string) (*x509.Certificate, error) {
+	pemBytes, err := c.tlsCrt(ctx, types.NamespacedName{Namespace: ns, Name: name})
+	if err != nil {
+		return nil, err
+	}
+	certs, err := certutil.ParseCertsPEM(pemBytes)
+	if err != nil {
+		return nil, fmt.Errorf("parsing tls.crt of secret %s/%s: %w", ns, name, err)
+	}
+	return certs[0], nil
+}
+
+// condition is the status of a Certificate's condition, "" if absent.
+func condition(crt *cmapi.Certificate, t cmapi.CertificateConditionType) cmmeta.ConditionStatus {
+	for _, cond := range crt.Status.Conditions {
+		if cond.Type == t {
+			return cond.Status
+		}
+	}
+	return ""
+}
+
+// without is conditions without those of type t.
+func without(conditions []cmapi.CertificateCondition, t cmapi.CertificateConditionType) []cmapi.CertificateCondition {
+	var kept []cmapi.CertificateCondition
+	for _, cond := range conditions {
+		if cond.Type != t {
+			kept = append(kept, cond)
+		}
+	}
+	return kept
+}
