@@ -22,7 +22,9 @@ type gateway struct {
 	version  string // resourceVersion
 	strategy string
 	phase    string
-	server   *x509.Certificate   // the certificate tls.crt presents
+	server   *x509.Certificate   // the root tls.crt is or chains to; nil if none in ca.crt
+	leaf     *x509.Certificate   // the certificate tls.crt presents
+	crosses  int                 // cross-certificates sent after it
 	roots    []*x509.Certificate // ca.crt, in order
 	seenAt   time.Time           // when the demo read it
 }
@@ -47,22 +49,30 @@ func readGateway(ctx context.Context, c client.Client) (*gateway, error) {
 		return nil, fmt.Errorf("gateway Secret %s: %w", gatewayKey, err)
 	}
 	state := bundle.ParseState(secret.Annotations)
-	return &gateway{
+	g := &gateway{
 		version:  secret.ResourceVersion,
 		strategy: state.Strategy,
 		phase:    string(state.Phase),
-		server:   server[0],
+		leaf:     server[0],
+		crosses:  len(server) - 1,
 		roots:    roots,
 		seenAt:   seenAt,
-	}, nil
+	}
+	for _, r := range roots {
+		if bundle.ChainsTo(g.leaf, r) {
+			g.server = r
+			break
+		}
+	}
+	return g, nil
 }
 
 // trusts reports whether ca.crt holds c.
 func (g *gateway) trusts(c *x509.Certificate) bool { return bundle.Contains(g.roots, c) }
 
-// serves reports whether tls.crt presents c.
+// serves reports whether tls.crt is or chains to root c.
 func (g *gateway) serves(c *x509.Certificate) bool {
-	return bundle.Fingerprint(g.server) == bundle.Fingerprint(c)
+	return g.server != nil && bundle.Fingerprint(g.server) == bundle.Fingerprint(c)
 }
 
 // snapshot prints a numbered step and the gateway Secret as a small table.
@@ -73,7 +83,11 @@ func (s *story) snapshot(title string, g *gateway) {
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "    strategy\t%s\n", dash(g.strategy))
 	fmt.Fprintf(tw, "    phase\t%s\n", dash(g.phase))
-	fmt.Fprintf(tw, "    server\t%s\n", g.server.Subject)
+	kind := "a leaf"
+	if g.leaf.IsCA {
+		kind = "the root itself"
+	}
+	fmt.Fprintf(tw, "    server\t%s: %s, %d cross-certificate(s)\n", g.leaf.Subject, kind, g.crosses)
 	fmt.Fprintf(tw, "    ca.crt\tSUBJECT\tSHA-256\tNOT AFTER\t\n")
 	for _, c := range g.roots {
 		marker := ""

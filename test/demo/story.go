@@ -203,8 +203,8 @@ func (s *story) check(v *gateway) error {
 		s.versions = map[string]bool{}
 	}
 	s.versions[v.version] = true
-	if !v.trusts(v.server) {
-		return fmt.Errorf("gateway Secret version %s presents %s, which its ca.crt does not hold", v.version, describe(v.server))
+	if v.server == nil {
+		return fmt.Errorf("gateway Secret version %s presents %s, whose root its ca.crt does not hold", v.version, describe(v.leaf))
 	}
 	return nil
 }
