@@ -54,6 +54,9 @@ type renewer struct {
 	// due is the latest decision: a client queued earlier that is no longer
 	// due (cert-manager renewed it meanwhile) is skipped.
 	due map[types.NamespacedName]dueClient
+	// backoff are the clients the rate limiter counts retries of, until
+	// they are no longer due.
+	backoff map[types.NamespacedName]bool
 	// result counts renewals by result, for tests and metrics.
 	results map[string]int
 }
@@ -105,6 +108,7 @@ func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer
 		legacy:  cfg.Legacy,
 		now:     cfg.Clock.Now,
 		queued:  map[types.NamespacedName]bool{},
+		backoff: map[types.NamespacedName]bool{},
 		results: map[string]int{},
 	}
 }
@@ -116,16 +120,17 @@ func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer
 func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[types.NamespacedName]bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for key := range w.due {
+	for key := range w.backoff {
 		if _, still := due[key]; !still && !inFlight[key] {
 			w.queue.Forget(key)
+			delete(w.backoff, key)
 		}
 	}
 	w.due = due
 	added := 0
 	for key := range due {
 		if !w.queued[key] {
-			w.queued[key] = true
+			w.queued[key], w.backoff[key] = true, true
 			w.queue.AddRateLimited(key)
 			added++
 		}

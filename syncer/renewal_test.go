@@ -1,0 +1,131 @@
+package syncer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/dualca/dualca/flags"
+)
+
+// TestRenewalRateLimiterPacesAndBacksOff checks the delays the renewal queue
+// is given: a burst goes at once, then one client per 1/qps, each with at
+// most a tenth of that interval of jitter; a client that keeps failing
+// waits twice as long each time, up to the cap.
+func TestRenewalRateLimiterPacesAndBacksOff(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	const qps, burst = 10, 3
+	interval := time.Second / qps
+	l := renewalRateLimiter(qps, burst, 2*time.Second)
+	// The limiter reserves tokens when asked, so the delays are computed at
+	// once; a slow machine only makes later delays shorter, by the time it took.
+	for i := range 10 {
+		d := l.When(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("client-", i)})
+		want := 50 * time.Millisecond // the per-client base delay
+		if i >= burst {
+			want = max(want, time.Duration(i-burst+1)*interval)
+		}
+		g.Expect(d).To(BeNumerically(">=", want-20*time.Millisecond), "client %d", i)
+		g.Expect(d).To(BeNumerically("<", want+interval/10), "client %d: at most a tenth of the interval of jitter", i)
+	}
+
+	failing := types.NamespacedName{Namespace: "ns", Name: "failing"}
+	slow := renewalRateLimiter(1000, 1000, 2*time.Second) // the bucket never binds
+	var delays []time.Duration
+	for range 8 {
+		delays = append(delays, slow.When(failing).Truncate(10*time.Millisecond))
+	}
+	g.Expect(delays).To(Equal([]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
+		400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second, 2 * time.Second}))
+	slow.Forget(failing)
+	g.Expect(slow.When(failing)).To(BeNumerically("<", 60*time.Millisecond), "a client that succeeded starts afresh")
+}
+
+// TestRenewerQueuesEachDueClientOnce: the reconciler runs at every client
+// change and hands over the whole due list each time; a client already
+// queued is not queued again (that would spend the bucket), one in flight
+// is not queued, and a client no longer due loses its backoff.
+func TestRenewerQueuesEachDueClientOnce(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	w := newRenewer(nil, nil, Config{Options: testOptions(), Clock: clock.RealClock{}})
+	defer w.queue.ShutDown()
+	a, b, c := key("a"), key("b"), key("c")
+
+	g.Expect(w.update(map[types.NamespacedName]dueClient{a: {}, b: {}}, nil)).To(Equal(2))
+	g.Expect(w.update(map[types.NamespacedName]dueClient{a: {}, b: {}}, nil)).To(Equal(0), "already queued")
+	g.Expect(w.update(map[types.NamespacedName]dueClient{a: {}, b: {}, c: {}}, nil)).To(Equal(1))
+
+	// c's first delay is spent; c goes in flight, then drops off the list:
+	// its backoff is kept while in flight and forgotten once it is done.
+	g.Expect(w.queue.NumRequeues(c)).To(Equal(1))
+	w.update(map[types.NamespacedName]dueClient{a: {}, b: {}}, map[types.NamespacedName]bool{c: true})
+	g.Expect(w.queue.NumRequeues(c)).To(Equal(1), "in flight: the backoff stays")
+	w.update(map[types.NamespacedName]dueClient{a: {}, b: {}}, nil)
+	g.Expect(w.queue.NumRequeues(c)).To(Equal(0), "no longer due: the backoff is forgotten")
+}
+
+func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	crt := func(name string, busy bool, failedAt bool) clientView {
+		c := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: cmapi.CertificateSpec{SecretName: name + "-tls"}}
+		if busy {
+			setIssuing(c, "ManuallyTriggered", "test", time.Now())
+		}
+		if failedAt {
+			c.Status.LastFailureTime = &metav1.Time{Time: time.Now()}
+			c.Status.Conditions = append(c.Status.Conditions, cmapi.CertificateCondition{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionFalse, Reason: "Failed"})
+		}
+		v := clientView{cert: c, inFlight: issuing(c)}
+		if name != "missing" {
+			v.secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-tls", UID: "uid-" + types.UID(name), ResourceVersion: "7"}}
+		}
+		return v
+	}
+	views := map[string]clientView{
+		"ns/due": crt("due", false, false), "ns/busy": crt("busy", true, false),
+		"ns/failed": crt("failed", false, true), "ns/missing": crt("missing", false, false),
+	}
+	due, inFlight := dueClients([]string{"ns/busy", "ns/due", "ns/failed", "ns/missing", "ns/gone"}, views)
+	g.Expect(inFlight).To(Equal(map[types.NamespacedName]bool{key("busy"): true}))
+	g.Expect(due).To(HaveLen(3))
+	g.Expect(due[key("due")]).To(Equal(dueClient{secret: key("due-tls"), hasSecret: true, secretUID: "uid-due", secretRV: "7"}))
+	g.Expect(due[key("failed")].failedBefore).To(BeTrue())
+	g.Expect(due[key("missing")].hasSecret).To(BeFalse(), "the legacy strategy has nothing to delete")
+	g.Expect(failed(views["ns/failed"].cert)).To(BeTrue())
+	g.Expect(failed(views["ns/busy"].cert)).To(BeFalse(), "a failed client being issued again is in flight, not failed")
+}
+
+func TestClientSecretsAreKeptWithoutTheirKey(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cert-manager"}}},
+		Data:       map[string][]byte{"tls.crt": []byte("crt"), "tls.key": []byte("key"), "ca.crt": []byte("ca"), "keystore.p12": []byte("p12")},
+		StringData: map[string]string{"tls.key": "key"},
+	}
+	out, err := publicPartsOnly(s)
+	g.Expect(err).NotTo(HaveOccurred())
+	kept := out.(*corev1.Secret)
+	g.Expect(kept.Data).To(Equal(map[string][]byte{"tls.crt": []byte("crt"), "ca.crt": []byte("ca")}))
+	g.Expect(kept.StringData).To(BeNil())
+	g.Expect(kept.ManagedFields).To(BeNil())
+}
+
+func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+
+func testOptions() flags.Options {
+	o := flags.Defaults()
+	o.RenewalQPS, o.RenewalBurst = 10, 3
+	return o
+}
