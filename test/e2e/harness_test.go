@@ -288,8 +288,8 @@ type monitor struct {
 	// already holds but that dualca has not yet written to the gateway:
 	// cert-manager issuing from a root it just rotated, inside dualca's
 	// propagation time. Not dualca's to prevent; the window is measured.
-	races int
-	versions   int
+	races    int
+	versions int
 	// firsts records when something was first seen: "root <fp>",
 	// "phase <Phase> <root fp>", "server <fp>".
 	firsts map[string]time.Time

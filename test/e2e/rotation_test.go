@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -68,6 +69,7 @@ func TestZeroDowntimeRotationsFailNoHandshake(t *testing.T) {
 	s.g.Expect(s.gateway.Stats().Rejected).To(BeZero(), "the gateway rejected no client: %v", s.gateway.Stats().Errors)
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
+	s.expectCacheHoldsOnlyWhatItNeeds()
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
 }
 
@@ -214,4 +216,26 @@ func eventReasons(s *scenario) ([]string, error) {
 		out = append(out, e.Type+" "+e.Reason)
 	}
 	return out, nil
+}
+
+// expectCacheHoldsOnlyWhatItNeeds looks into dualca's client cache: the
+// selected Certificates only (not the root's Certificate beside them), and
+// Secrets without their private key.
+func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
+	s.t.Helper()
+	caches := s.dualca.r.Caches()
+	c := caches[len(caches)-1] // the client cache comes last
+	var crts cmapi.CertificateList
+	s.g.Expect(c.List(s.ctx, &crts)).To(Succeed())
+	s.g.Expect(crts.Items).To(HaveLen(len(s.clients)), "only the selected Certificates are cached")
+	for _, crt := range crts.Items {
+		s.g.Expect(crt.Labels).To(HaveKeyWithValue(clientLabel, "agent"))
+	}
+	var secrets corev1.SecretList
+	s.g.Expect(c.List(s.ctx, &secrets)).To(Succeed())
+	s.g.Expect(secrets.Items).NotTo(BeEmpty())
+	for _, sec := range secrets.Items {
+		s.g.Expect(sec.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey), "secret %s is cached without its key", sec.Name)
+		s.g.Expect(sec.Labels).To(HaveKeyWithValue(cmapi.PartOfCertManagerControllerLabelKey, "true"))
+	}
 }

@@ -177,6 +177,31 @@ func TestCluster(t *testing.T) {
 		t.Logf("certificate status after the second failure:\n%s", toJSON(certificate(g, c, "bad-1").Status))
 	})
 
+	t.Run("cert-manager labels the Secrets it writes, not those it reads", func(t *testing.T) {
+		g := NewWithT(t)
+		list := &corev1.SecretList{}
+		g.Expect(c.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		labelled := map[string]bool{}
+		for _, s := range list.Items {
+			labelled[s.Name] = s.Labels["controller.cert-manager.io/fao"] == "true"
+			t.Logf("secret %s: labels %v", s.Name, s.Labels)
+		}
+		g.Expect(labelled).To(HaveKeyWithValue("root-ca", true))
+		g.Expect(labelled).To(HaveKeyWithValue("client-1", true))
+		g.Expect(labelled).To(HaveKeyWithValue("bad-root", false))
+	})
+
+	t.Run("a restarted cert-manager catches up", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(c.StopCertManager()).To(Succeed())
+		g.Expect(c.Client.Create(ctx, c.ClientCertificate(ns, "ca", "late-1", nil))).To(Succeed())
+		g.Consistently(func() error {
+			return c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "late-1"}, &corev1.Secret{})
+		}).WithTimeout(time.Second).Should(MatchError(apierrors.IsNotFound, "IsNotFound"))
+		g.Expect(c.StartCertManager(ctx)).To(Succeed())
+		g.Expect(c.WaitReady(ctx, ns, "late-1")).To(Succeed())
+	})
+
 	t.Run("stopping leaves no process behind", func(t *testing.T) {
 		if runtime.GOOS != "linux" {
 			t.Skip("reads /proc")
