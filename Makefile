@@ -46,7 +46,7 @@ test-integration: control-plane ## run the integration tests against the local c
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
 
 .PHONY: test-race
-test-race: control-plane ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: fuzz

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,8 +32,18 @@ import (
 // client private key is ever held by dualca.
 
 // clientSecretSelector matches the Secrets cert-manager writes for
-// Certificates ("for the attention of" its controller).
-var clientSecretSelector = labels.SelectorFromSet(labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"})
+// Certificates ("for the attention of" its controller), except the
+// short-lived ones holding a next private key.
+var clientSecretSelector = labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"}.AsSelector().
+	Add(mustRequirement(cmapi.IsNextPrivateKeySecretLabelKey, selection.DoesNotExist))
+
+func mustRequirement(key string, op selection.Operator) labels.Requirement {
+	r, err := labels.NewRequirement(key, op, nil)
+	if err != nil {
+		panic(err) // constant input
+	}
+	return *r
+}
 
 // newClientCache returns the cache of the selected Certificates and of the
 // client Secrets.

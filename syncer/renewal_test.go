@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -128,4 +129,13 @@ func testOptions() flags.Options {
 	o := flags.Defaults()
 	o.RenewalQPS, o.RenewalBurst = 10, 3
 	return o
+}
+
+func TestClientSecretSelector(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	g.Expect(clientSecretSelector.Matches(labels.Set{"controller.cert-manager.io/fao": "true", "app": "agent"})).To(BeTrue())
+	g.Expect(clientSecretSelector.Matches(labels.Set{"app": "agent"})).To(BeFalse(), "a Secret cert-manager did not write")
+	g.Expect(clientSecretSelector.Matches(labels.Set{"controller.cert-manager.io/fao": "true", "cert-manager.io/next-private-key": "true"})).
+		To(BeFalse(), "a next-private-key Secret")
 }

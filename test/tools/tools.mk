@@ -1,5 +1,6 @@
 # test/tools/tools.mk -- build the envtest control plane (kube-apiserver and
-# etcd) from Go modules, because setup-envtest cannot download binaries here.
+# etcd) from Go modules, because setup-envtest cannot download binaries here,
+# and cert-manager's controller for the end-to-end tests.
 #
 # Include it from the top-level Makefile:
 #
@@ -35,6 +36,7 @@ BIN ?= $(CURDIR)/bin
 tools_mod_version = $(shell awk -v m='$(2)' '$$1 == "require" && $$2 == m { print $$3; exit } $$1 == m { print $$2; exit }' $(1))
 ETCD_VERSION           ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/etcd/go.mod,go.etcd.io/etcd/server/v3)
 KUBE_APISERVER_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/kube-apiserver/go.mod,k8s.io/kubernetes)
+CERT_MANAGER_VERSION   ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/certmanager/go.mod,github.com/cert-manager/cert-manager)
 
 # v1.37.1 -> major 1, minor 37
 KUBE_APISERVER_MAJOR = $(word 1,$(subst ., ,$(patsubst v%,%,$(KUBE_APISERVER_VERSION))))
@@ -46,8 +48,11 @@ KUBE_APISERVER_LDFLAGS ?= -s -w \
 	-X k8s.io/component-base/version.gitMajor=$(KUBE_APISERVER_MAJOR) \
 	-X k8s.io/component-base/version.gitMinor=$(KUBE_APISERVER_MINOR)
 ETCD_LDFLAGS ?= -s -w
+# Without this, cert-manager's user agent and events say "canary".
+CERT_MANAGER_LDFLAGS ?= -s -w \
+	-X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$(CERT_MANAGER_VERSION)
 
-# Flags shared by both builds. -mod=readonly and -buildvcs=false on the command
+# Flags shared by all builds. -mod=readonly and -buildvcs=false on the command
 # line win over whatever GOFLAGS the caller exported.
 TOOLS_GOBUILD_FLAGS ?= -trimpath -mod=readonly -buildvcs=false
 TOOLS_GOENV         ?= GOWORK=off CGO_ENABLED=0
@@ -67,5 +72,15 @@ $(BIN)/kube-apiserver: $(TOOLS_MK_DIR)/kube-apiserver/go.mod $(TOOLS_MK_DIR)/kub
 
 .PHONY: control-plane
 control-plane: $(BIN)/kube-apiserver $(BIN)/etcd ## build kube-apiserver and etcd into ./bin from Go modules
+
+# Not upstream's cmd/controller (a separate module the proxy does not serve)
+# but a small main running the controllers that SelfSigned and CA issuers need.
+$(BIN)/cert-manager-controller: $(TOOLS_MK_DIR)/certmanager/go.mod $(TOOLS_MK_DIR)/certmanager/go.sum $(TOOLS_MK_DIR)/certmanager/main.go
+	@mkdir -p $(@D)
+	@echo "building cert-manager-controller $(CERT_MANAGER_VERSION) from Go modules (a few minutes, once)"
+	cd $(TOOLS_MK_DIR)/certmanager && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(CERT_MANAGER_LDFLAGS)' -o $@.tmp . && mv -f $@.tmp $@
+
+.PHONY: cert-manager
+cert-manager: $(BIN)/cert-manager-controller ## build cert-manager's controller into ./bin from Go modules (for the e2e tests)
 
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))
