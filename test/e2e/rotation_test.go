@@ -109,20 +109,50 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 
 	r2 := s.rotate()
 	s.waitPhase(r2, bundle.PhaseRenewing)
+	zd := s.fleet.Stats().Total
+	s.g.Expect(zd.Failures).To(BeZero(), "no failure while zero-downtime ran")
 	s.startDualca(s.options(true)) // zero-downtime -> legacy mid-rotation
 	s.converged(r2, true, 60*time.Second)
 
-	// legacy -> zero-downtime right after a rotation, while the legacy
-	// strategy has clients of the old root still out there.
+	// legacy -> zero-downtime in the middle of the legacy strategy's
+	// rotation: slowed down, it has re-issued some clients from R3 and not
+	// the others yet. The adopted bundle must keep R2 for those.
+	slow := s.options(true)
+	slow.RenewalQPS, slow.RenewalBurst = 4, 1
+	s.startDualca(slow)
 	r3 := s.rotate()
+	s.g.Eventually(func() int { return s.clientsOn(r3) }).WithTimeout(30*time.Second).Should(BeNumerically(">=", 2))
+	leg := s.fleet.Stats().Total
 	s.startDualca(s.options(false))
+	s.g.Expect(s.clientsOn(r3)).To(BeNumerically("<", clients), "the flip came while clients were still on R2")
+	s.g.Eventually(s.annotations).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
+	s.g.Expect(s.annotations()[bundle.AnnotationBundleRoots]).To(ContainSubstring(bundle.Fingerprint(r2)),
+		"the adopted bundle keeps the root of the clients not yet re-issued")
 	s.converged(r3, false, 60*time.Second)
 	s.logPhases("rotation 3 (adopted from legacy)", r3)
 
 	s.report("flips zero-downtime -> legacy -> zero-downtime")
+	end := s.fleet.Stats().Total
+	t.Logf("handshakes attempted/failed: zero-downtime until the flip %d/%d; legacy %d/%d; zero-downtime after the flip back %d/%d (clients the legacy strategy had left on R2, until re-issued)",
+		zd.Attempts, zd.Failures, leg.Attempts-zd.Attempts, leg.Failures-zd.Failures, end.Attempts-leg.Attempts, end.Failures-leg.Failures)
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty(), "no zero-downtime version of the gateway lacked a root in use")
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
+}
+
+// clientsOn counts the clients whose Secret holds a leaf from root.
+func (s *scenario) clientsOn(root *x509.Certificate) int {
+	n := 0
+	for _, name := range s.clients {
+		sec := &corev1.Secret{}
+		if cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec) != nil {
+			continue
+		}
+		if leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"]); err == nil && bundle.ChainsTo(leaf[0], root) {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *scenario) logPhases(what string, root *x509.Certificate) {
