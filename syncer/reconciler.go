@@ -150,12 +150,19 @@ func dueClients(names []string, views map[string]clientView) (map[types.Namespac
 func renewalEvent(n int, d bundle.Decision, cfg Config) bundle.Event {
 	if cfg.Legacy {
 		return bundle.Event{Reason: bundle.ReasonClientRenewalTriggered, Message: fmt.Sprintf(
-			"legacy strategy: deleting the secrets of %d clients not issued by root %s, so cert-manager re-issues them (%.3g/s)",
-			n, bundle.Short(d.State.Root), cfg.RenewalQPS)}
+			"legacy strategy: deleting the secrets of %s not issued by root %s, so cert-manager re-issues them (%.3g/s)",
+			clientCount(n), bundle.Short(d.State.Root), cfg.RenewalQPS)}
 	}
 	return bundle.Event{Reason: bundle.ReasonClientRenewalTriggered, Message: fmt.Sprintf(
-		"re-issuing %d clients from root %s through cert-manager's Issuing condition (%.3g/s)",
-		n, bundle.Short(d.State.Root), cfg.RenewalQPS)}
+		"re-issuing %s from root %s through cert-manager's Issuing condition (%.3g/s)",
+		clientCount(n), bundle.Short(d.State.Root), cfg.RenewalQPS)}
+}
+
+func clientCount(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
 }
 
 // readRoot returns the validated root. Any reason the root cannot be used
