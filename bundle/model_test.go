@@ -49,6 +49,9 @@ type model struct {
 	// verified remembers verifyServer results by credential and trusted
 	// root: the credential changes rarely and chain building is costly.
 	verified map[[2]string]error
+	// current numbers the roots in the order they were first current at a
+	// decision.
+	current map[string]int
 	// counters, to show the histories reached what they should
 	switches, forced, retired, renewals int
 }
@@ -60,6 +63,7 @@ func newModel(t *testing.T, seed uint64) *model {
 		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		tracked: seed%5 != 0,
 		timings: bundle.Timings{TrustPropagationDelay: 30 * time.Second, ServerSwitchGrace: 10 * time.Minute},
+		current: map[string]int{},
 	}
 	m.rotate()
 	for i := range 1 + m.rng.IntN(5) {
@@ -180,9 +184,17 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	m.check(m.verify(server, at(server)) == nil, "invariant 1: the server certificate chains to the recorded server root")
 	// Every client that trusts the server root or the current root accepts
 	// the server: the cross-certificates make the renewed ones trust it.
+	// So does a client that trusts a root newer than the server's that was
+	// current at some decision (it cross-signed the server root then) and is
+	// still in the bundle: R2's clients while R3 overlaps R2's rotation.
+	if _, ok := m.current[bundle.Fingerprint(root.Cert)]; !ok {
+		m.current[bundle.Fingerprint(root.Cert)] = len(m.current) + 1
+	}
 	for _, c := range m.clients {
 		for _, r := range c.ca {
-			if sameCert(r, server) || sameCert(r, root.Cert) {
+			became, ok := m.current[bundle.Fingerprint(r)]
+			newer := ok && became > m.current[bundle.Fingerprint(server)] && bundle.Contains(roots, r)
+			if sameCert(r, server) || sameCert(r, root.Cert) || newer {
 				err := m.verify(r, at(r))
 				m.check(err == nil, "client %s trusting %s cannot verify the server: %v", c.name, r.Subject.CommonName, err)
 			}
