@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -91,7 +92,7 @@ func newScenario(t *testing.T, clients int) *scenario {
 	g.Expect(cl.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
 	s.clients, err = cl.CreateClients(ctx, s.ns, issuerName, "agent", clients, map[string]string{clientLabel: "agent"})
 	g.Expect(err).NotTo(HaveOccurred())
-	s.watch = startMonitor(ctx, t, s.ns)
+	s.watch = startMonitor(ctx, t, s.ns, len(s.clients))
 	t.Cleanup(func() {
 		cancel()
 		if s.fleet != nil {
@@ -284,6 +285,8 @@ type monitor struct {
 	gateway    *corev1.Secret
 	root       *x509.Certificate // the root Secret's current root
 	violations []string
+	// expected is the number of clients: all of them on a root is timed.
+	expected int
 	// races counts client leaves issued by a root that the root Secret
 	// already holds but that dualca has not yet written to the gateway:
 	// cert-manager issuing from a root it just rotated, inside dualca's
@@ -295,8 +298,8 @@ type monitor struct {
 	firsts map[string]time.Time
 }
 
-func startMonitor(ctx context.Context, t *testing.T, ns string) *monitor {
-	m := &monitor{leaves: map[string]*x509.Certificate{}, firsts: map[string]time.Time{}}
+func startMonitor(ctx context.Context, t *testing.T, ns string, clients int) *monitor {
+	m := &monitor{leaves: map[string]*x509.Certificate{}, firsts: map[string]time.Time{}, expected: clients}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns))
 	inf := factory.Core().V1().Secrets().Informer()
 	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -348,6 +351,11 @@ func (m *monitor) seen(s *corev1.Secret, deleted bool) {
 		if cs, err := bundle.ParseCertificates("tls.crt", s.Data["tls.crt"]); err == nil && !deleted {
 			m.leaves[s.Name] = cs[0]
 		}
+		if m.root != nil && len(m.leaves) == m.expected && !slices.ContainsFunc(slices.Collect(maps.Values(m.leaves)), func(l *x509.Certificate) bool {
+			return !bundle.ChainsTo(l, m.root)
+		}) {
+			first("clients " + bundle.Fingerprint(m.root))
+		}
 	default:
 		return
 	}
@@ -392,9 +400,10 @@ func (m *monitor) result() (versions, races int, violations []string) {
 }
 
 // phases returns how long after the root changed the gateway first
-// trusted it, moved to Renewing, switched the server to it, and was Steady
-// with it alone (zero when not seen).
-func (m *monitor) phases(root *x509.Certificate) (bundled, renewing, switched, steady time.Duration) {
+// trusted it, moved to Renewing, every client was on it, the server
+// switched to it, and the gateway was Steady with it alone (zero when not
+// seen).
+func (m *monitor) phases(root *x509.Certificate) (bundled, renewing, clients, switched, steady time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	fp := bundle.Fingerprint(root)
@@ -408,5 +417,5 @@ func (m *monitor) phases(root *x509.Certificate) (bundled, renewing, switched, s
 		}
 		return 0
 	}
-	return since("bundle " + fp), since("phase Renewing " + fp), since("server " + fp), since("phase Steady " + fp)
+	return since("bundle " + fp), since("phase Renewing " + fp), since("clients " + fp), since("server " + fp), since("phase Steady " + fp)
 }

@@ -83,13 +83,16 @@ func TestLegacyRotationsCutClientsOffAndConverge(t *testing.T) {
 	s.startTraffic()
 
 	pause(200*time.Millisecond, 2*time.Second)
-	s.rotate()
+	r2 := s.rotate()
 	pause(0, 500*time.Millisecond)
 	r3 := s.rotate()
 	s.converged(r3, true, 60*time.Second)
+	s.logPhases("legacy rotation 2 (overlapped by 3)", r2)
+	s.logPhases("legacy rotation 3", r3)
 	pause(200*time.Millisecond, 2*time.Second)
 	r4 := s.rotate()
 	s.converged(r4, true, 60*time.Second)
+	s.logPhases("legacy rotation 4", r4)
 
 	attempts, failures := s.report("legacy, 3 rotations")
 	s.g.Expect(attempts).To(BeNumerically(">", 20*clients))
@@ -121,7 +124,7 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 	slow.RenewalQPS, slow.RenewalBurst = 4, 1
 	s.startDualca(slow)
 	r3 := s.rotate()
-	s.g.Eventually(func() int { return s.clientsOn(r3) }).WithTimeout(30*time.Second).Should(BeNumerically(">=", 2))
+	s.g.Eventually(func() int { return s.clientsOn(r3) }).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
 	leg := s.fleet.Stats().Total
 	s.startDualca(s.options(false))
 	s.g.Expect(s.clientsOn(r3)).To(BeNumerically("<", clients), "the flip came while clients were still on R2")
@@ -156,8 +159,8 @@ func (s *scenario) clientsOn(root *x509.Certificate) int {
 }
 
 func (s *scenario) logPhases(what string, root *x509.Certificate) {
-	b, r, sw, st := s.watch.phases(root)
-	s.t.Logf("%s: root changed -> in bundle %v, renewing %v, server switched %v, steady %v", what, b, r, sw, st)
+	b, r, c, sw, st := s.watch.phases(root)
+	s.t.Logf("%s: root changed -> gateway trusts it %v, renewing %v, every client on it %v, server switched %v, steady %v", what, b, r, c, sw, st)
 }
 
 // TestABrokenClientDelaysTheSwitchUntilTheGracePeriod: one client's issuer
