@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,8 +37,9 @@ import (
 // and handshake all the time. Timings are compressed to seconds.
 
 var (
-	cl   *cluster.Cluster
-	kube kubernetes.Interface
+	cl        *cluster.Cluster
+	kube      kubernetes.Interface
+	scenarios atomic.Int32
 )
 
 func TestMain(m *testing.M) {
@@ -85,7 +87,8 @@ func newScenario(t *testing.T, clients int) *scenario {
 	if len(s.ns) > 50 {
 		s.ns = s.ns[:50]
 	}
-	s.ns = strings.Trim(s.ns, "-")
+	// Unique, so that -count=N runs each scenario in a fresh namespace.
+	s.ns = fmt.Sprintf("%s-%d", strings.Trim(s.ns, "-"), scenarios.Add(1))
 	g.Expect(cl.CreateNamespace(ctx, s.ns)).To(Succeed())
 	_, err := cl.CreateRootCA(ctx, s.ns, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
