@@ -1214,6 +1214,12 @@ func TestPlanServerCredentialServesEveryClientPopulation(t *testing.T) {
 	verifiedBy(d, now, f.r1)
 	g.Expect(bytes.Equal(d.KeyPEM, f.r1.KeyPEM)).To(BeFalse(), "the gateway never holds the root's key")
 	leaf := rtParse(g, d.CertPEM)[0]
+	g.Expect(leaf.IsCA).To(BeFalse())
+	g.Expect(leaf.ExtKeyUsage).To(Equal([]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}))
+	g.Expect(leaf.Subject.String()).NotTo(Equal(leaf.Issuer.String()),
+		"a leaf named like its issuer is taken for self-signed by OpenSSL")
+	g.Expect(leaf.Subject.CommonName).To(Equal("root-1 server"))
+	g.Expect(leaf.NotAfter).To(Equal(f.r1.Cert.NotAfter), "valid as long as its root")
 
 	now = now.Add(time.Minute)
 	d = bundle.Plan(rtApply(d), rtRoot(t, f.r2, now), rtTracked(on1, on2), rtTimings, now)

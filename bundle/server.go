@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -107,8 +108,10 @@ func (s *server) pem() []byte {
 
 // issueServer makes a credential for root: a fresh ECDSA P-256 key and a
 // leaf for it signed with rootKey, valid as long as the root. The leaf
-// carries the root's names, so a gateway that checks them sees what the
-// legacy plain copy showed.
+// carries the root's names (SANs), so a client that checks them sees what
+// the legacy plain copy showed, but not the root's subject: a leaf whose
+// subject equals its issuer's is taken for self-signed by some verifiers
+// (OpenSSL flags it from the names and key identifiers alone).
 func issueServer(root *x509.Certificate, rootKeyPEM []byte) (*server, error) {
 	signer, err := parsePrivateKey("tls.key", rootKeyPEM)
 	if err != nil {
@@ -120,7 +123,7 @@ func issueServer(root *x509.Certificate, rootKeyPEM []byte) (*server, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      root.Subject,
+		Subject:      serverSubject(root.Subject),
 		DNSNames:     root.DNSNames,
 		IPAddresses:  root.IPAddresses,
 		URIs:         root.URIs,
@@ -142,6 +145,20 @@ func issueServer(root *x509.Certificate, rootKeyPEM []byte) (*server, error) {
 		return nil, fmt.Errorf("encoding the server key: %w", err)
 	}
 	return &server{root: root, leaf: leaf, keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+}
+
+// serverSubject is the root's subject with " server" added to its common
+// name, or "dualca server" when it has none.
+func serverSubject(root pkix.Name) pkix.Name {
+	name := root
+	name.ExtraNames = nil
+	name.Names = nil
+	if name.CommonName == "" {
+		name.CommonName = "dualca server"
+	} else {
+		name.CommonName += " server"
+	}
+	return name
 }
 
 // crossSign certifies root's subject and key with signer, valid while both

@@ -250,7 +250,7 @@ func serverChainsTo(certPEM []byte, root *x509.Certificate) error {
 // gatewayView is what the assertions look at.
 type gatewayView struct {
 	Roots  []string // ca.crt subjects, in order
-	Server string   // tls.crt subject
+	Server string   // the root tls.crt is or chains to
 	Phase  string
 }
 
@@ -260,8 +260,16 @@ func (s *setup) view() (gatewayView, error) {
 		return gatewayView{}, err
 	}
 	v := gatewayView{Roots: rootsOf(gw.Data["ca.crt"]), Phase: gw.Annotations[bundle.AnnotationPhase]}
-	if srv := rootsOf(gw.Data[corev1.TLSCertKey]); len(srv) > 0 {
-		v.Server = srv[0]
+	// The server is named by the root in ca.crt its certificate is or
+	// chains to: a leaf dualca issued from it, or the root itself (legacy).
+	v.Server = "no root in ca.crt"
+	chain, _ := bundle.ParseCertificates("tls.crt", gw.Data[corev1.TLSCertKey])
+	roots, _ := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
+	for _, r := range roots {
+		if len(chain) > 0 && bundle.ChainsTo(chain[0], r) {
+			v.Server = r.Subject.CommonName
+			break
+		}
 	}
 	if !bundle.KeyMatches(gw.Data[corev1.TLSCertKey], gw.Data[corev1.TLSPrivateKeyKey]) {
 		v.Server = "mismatched key"
