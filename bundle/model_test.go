@@ -144,7 +144,7 @@ func (m *model) reconcile() {
 	// Invariant 6: deciding again on what was just written changes nothing.
 	next := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
 	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
-		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing")
+		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing: %v then %v", credentialShape(m.gw.CertPEM), credentialShape(next.CertPEM))
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
 }
 
@@ -178,8 +178,13 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	m.check(server != nil, "invariant 1: the server root %s is in the bundle", bundle.Short(m.gw.State.Server))
 	// A clock that went back may sit before a root's NotBefore, where no
 	// verifier accepts it; chains are checked from the moment both are valid.
+	chain := mustParse(m.t, m.gw.CertPEM)
 	at := func(r *x509.Certificate) time.Time {
-		return slices.MaxFunc([]time.Time{m.now, r.NotBefore, server.NotBefore}, time.Time.Compare)
+		moments := []time.Time{m.now, r.NotBefore, server.NotBefore}
+		for _, c := range chain {
+			moments = append(moments, c.NotBefore)
+		}
+		return slices.MaxFunc(moments, time.Time.Compare)
 	}
 	m.check(m.verify(server, at(server)) == nil, "invariant 1: the server certificate chains to the recorded server root")
 	// Every client that trusts the server root or the current root accepts
@@ -196,7 +201,8 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 			newer := ok && became > m.current[bundle.Fingerprint(server)] && bundle.Contains(roots, r)
 			if sameCert(r, server) || sameCert(r, root.Cert) || newer {
 				err := m.verify(r, at(r))
-				m.check(err == nil, "client %s trusting %s cannot verify the server: %v", c.name, r.Subject.CommonName, err)
+				m.check(err == nil, "client %s trusting %s cannot verify the server (root %s, chain %v, bundle %v): %v", c.name, r.Subject.CommonName,
+					server.Subject.CommonName, credentialShape(m.gw.CertPEM), names(roots), err)
 			}
 		}
 	}
@@ -443,6 +449,14 @@ func credentialShape(certPEM []byte) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = fmt.Sprintf("ca=%v subject=%s issuer=%s aki=%x", c.IsCA, c.Subject, c.Issuer, c.AuthorityKeyId)
+	}
+	return out
+}
+
+func names(cs []*x509.Certificate) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Subject.CommonName
 	}
 	return out
 }

@@ -207,9 +207,9 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 // credential returns the server credential for serverRoot: the one found if
 // it is usable, else a leaf issued now (from the current root's key, or from
 // the server root's own key when tls.crt still holds the legacy self-signed
-// form). It then carries a cross-certificate of serverRoot from every other
-// root in the bundle that signed one, and from the current root, issued now
-// if missing. Clients that trust any of these roots can verify the server.
+// form). It then carries a chain of cross-certificates from the server root
+// to the current root, each root certified by the next one to have been
+// current: clients that trust any root along it can verify the server.
 func credential(found *server, serverRoot *x509.Certificate, root *Root, kept []*x509.Certificate) (*server, []Event) {
 	var events []Event
 	s := found
@@ -229,29 +229,7 @@ func credential(found *server, serverRoot *x509.Certificate, root *Root, kept []
 		}
 		s = issued
 	}
-	var crosses []*x509.Certificate
-	for _, k := range kept {
-		if Fingerprint(k) == Fingerprint(s.root) {
-			continue
-		}
-		if i := slices.IndexFunc(s.crosses, func(c *x509.Certificate) bool {
-			return crossSigner(c, s.root, []*x509.Certificate{k}) != nil
-		}); i >= 0 {
-			crosses = append(crosses, s.crosses[i])
-			continue
-		}
-		if Fingerprint(k) != root.Fingerprint {
-			continue // an older root: its key is gone, clients of it trust the server root itself
-		}
-		c, err := crossSign(s.root, root.Cert, root.KeyPEM)
-		if err != nil {
-			events = append(events, Event{Warning: true, Reason: ReasonBundleUpdated,
-				Message: "clients of the new root cannot verify the server until it switches: " + err.Error()})
-			continue
-		}
-		crosses = append(crosses, c)
-	}
-	s.crosses = crosses
+	s.crosses = crossChain(s.root, s.crosses, root, kept, &events)
 	return s, events
 }
 

@@ -1229,7 +1229,12 @@ func TestPlanServerCredentialServesEveryClientPopulation(t *testing.T) {
 
 	now = now.Add(time.Minute)
 	d = bundle.Plan(rtApply(d), rtRoot(t, f.r3, now), rtTracked(on1, on2, on3), rtTimings, now)
-	g.Expect(crosses(d)).To(Equal([]string{"root-3", "root-2"}), "R3 adds its cross-certificate, R2's stays")
+	g.Expect(crosses(d)).To(Equal([]string{"root-2", "root-3", "root-3"}),
+		"R3 certifies R2, extending the path R1 <- R2, and R1 directly")
+	chain := rtParse(g, d.CertPEM)
+	g.Expect(chain[2].Subject.CommonName).To(Equal("root-2"), "the second link certifies R2")
+	g.Expect(chain[3].Subject.CommonName).To(Equal("root-1"), "the direct cross-certificate certifies R1")
+	g.Expect(chain[2].AuthorityKeyId).To(Equal(f.r3.Cert.SubjectKeyId), "links name their signer's key")
 	verifiedBy(d, now, f.r1, f.r2, f.r3)
 
 	// Every client moves to R3: after the propagation delay twice (the

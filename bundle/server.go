@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 )
 
@@ -27,9 +28,15 @@ import (
 //	leaf (signed by R1) -> R1 cross-signed by R2 -> R2        clients of R2
 //
 // So tls.crt is a leaf that dualca issues from the root it switches to (it
-// reads that root's key anyway), followed by a cross-certificate of that
-// root from every newer root that has been current since: dualca holds each
-// new root's key while it is current and signs the cross-certificate then.
+// reads that root's key anyway), followed by a chain of cross-certificates:
+// each root that becomes current while the server has not moved certifies
+// the root current before it (dualca holds the new root's key then):
+//
+//	leaf (R1) , R1 cross-signed by R2 , R2 cross-signed by R3
+//
+// A chain, not one cross-certificate per newer root all certifying R1:
+// OpenSSL takes the first certificate that names the right issuer and key
+// and never backtracks, so of several crosses of R1 it would try only one.
 // Signatures are not deterministic, so what is issued is kept in tls.crt and
 // reused; a decision issues only what is missing.
 //
@@ -42,8 +49,9 @@ type server struct {
 	root *x509.Certificate
 	// leaf is the certificate presented; root itself in the legacy form.
 	leaf *x509.Certificate
-	// crosses are certificates of root (same subject and key) signed by
-	// other roots, sent after the leaf.
+	// crosses are sent after the leaf: a chain of cross-certificates, the
+	// first certifying root (same subject and key) signed by the root that
+	// was current after it, and so on up to the current root.
 	crosses []*x509.Certificate
 	keyPEM  []byte
 	// selfSigned is the legacy form, tls.crt being the root itself with the
@@ -76,8 +84,8 @@ func readServer(gw Gateway, roots []*x509.Certificate) *server {
 		return nil
 	}
 	for _, c := range certs[1:] {
-		if crossSigner(c, s.root, roots) != nil {
-			s.crosses = append(s.crosses, c)
+		if isCA(c) {
+			s.crosses = append(s.crosses, c) // credential() keeps those that link up
 		}
 	}
 	return s
@@ -162,7 +170,11 @@ func serverSubject(root pkix.Name) pkix.Name {
 }
 
 // crossSign certifies root's subject and key with signer, valid while both
-// are. A client that trusts only signer can then verify a leaf of root.
+// are. A client that trusts only signer can then verify a leaf of root, or
+// a cross-certificate root signed. The authority key identifier is set by
+// hand: Go leaves it out when subject and issuer names are equal, as they
+// are for the successive roots of one cert-manager CA, and without it
+// OpenSSL takes the cross-certificate for a self-signed one.
 func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte) (*x509.Certificate, error) {
 	key, err := parsePrivateKey("tls.key", signerKeyPEM)
 	if err != nil {
@@ -172,12 +184,13 @@ func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte) (*x509.Certi
 		SerialNumber:          serial(),
 		Subject:               root.Subject,
 		SubjectKeyId:          root.SubjectKeyId,
+		AuthorityKeyId:        signer.SubjectKeyId,
 		NotBefore:             later(root.NotBefore, signer.NotBefore),
 		NotAfter:              earlier(root.NotAfter, signer.NotAfter),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		MaxPathLenZero:        true,
+		MaxPathLen:            -1, // a link may certify the next link
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, root.PublicKey, key)
 	if err != nil {
@@ -225,3 +238,97 @@ func certsIn(data []byte) []*x509.Certificate {
 	}
 	return out
 }
+
+// crossChain returns the cross-certificates to send after a leaf of
+// server, from those found and, where missing, new ones signed by the
+// current root:
+//
+//   - first the longest path from the server root to the current root, each
+//     root certified by one that was current after it (R1 by R2, R2 by R3):
+//     OpenSSL follows the first certificate that fits and never backtracks,
+//     so a single path must serve every client population; a path that
+//     stops short is completed by the current root certifying where it ends;
+//   - then a cross-certificate of the server root by each root that has
+//     been current since (R1 by R3), for verifiers that backtrack, and for
+//     a path to start again from should a root along it expire.
+//
+// Only certificates signed by a root still in kept stay. The order depends
+// only on the certificates, never on when they were made, so the same
+// credential is written again byte for byte.
+func crossChain(server *x509.Certificate, found []*x509.Certificate, root *Root, kept []*x509.Certificate, events *[]Event) []*x509.Certificate {
+	if Fingerprint(server) == root.Fingerprint {
+		return nil
+	}
+	age := map[string]int{} // position in kept, newest first: larger is older
+	for i, k := range kept {
+		age[Fingerprint(k)] = i
+	}
+	oldestFirst := func(links []link) []link {
+		slices.SortStableFunc(links, func(a, b link) int { return age[Fingerprint(b.signer)] - age[Fingerprint(a.signer)] })
+		return links
+	}
+	certifying := func(node *x509.Certificate) []link {
+		var links []link
+		for _, c := range found {
+			if signer := crossSigner(c, node, kept); signer != nil {
+				links = append(links, link{c, signer})
+			}
+		}
+		return oldestFirst(links)
+	}
+	sign := func(c *x509.Certificate) []link {
+		cross, err := crossSign(c, root.Cert, root.KeyPEM)
+		if err != nil {
+			*events = append(*events, Event{Warning: true, Reason: ReasonBundleUpdated,
+				Message: "clients of the new root may not verify the server until it switches: " + err.Error()})
+			return nil
+		}
+		return []link{{cross, root.Cert}}
+	}
+
+	var complete, partial []link
+	end := server
+	visited := map[string]bool{Fingerprint(server): true}
+	var walk func(node *x509.Certificate, path []link)
+	walk = func(node *x509.Certificate, path []link) {
+		if Fingerprint(node) == root.Fingerprint {
+			if len(path) > len(complete) {
+				complete = slices.Clone(path)
+			}
+			return
+		}
+		if len(path) > len(partial) {
+			partial, end = slices.Clone(path), node
+		}
+		for _, l := range certifying(node) {
+			if fp := Fingerprint(l.signer); !visited[fp] {
+				visited[fp] = true
+				walk(l.signer, append(path, l))
+				visited[fp] = false
+			}
+		}
+	}
+	walk(server, nil)
+	path := complete
+	if path == nil {
+		path = append(partial, sign(end)...)
+	}
+
+	direct := certifying(server)
+	if len(path) > 0 && Fingerprint(path[0].signer) == root.Fingerprint {
+		direct = append(direct, path[0]) // the path is the direct cross-certificate
+	}
+	if !slices.ContainsFunc(direct, func(l link) bool { return Fingerprint(l.signer) == root.Fingerprint }) {
+		direct = append(direct, sign(server)...)
+	}
+	var out []*x509.Certificate
+	for _, l := range append(path, oldestFirst(direct)...) {
+		if !slices.ContainsFunc(out, func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, l.cert.Raw) }) {
+			out = append(out, l.cert)
+		}
+	}
+	return out
+}
+
+// link is a cross-certificate and the root that signed it.
+type link struct{ cert, signer *x509.Certificate }
