@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -13,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // controlPlane is a local kube-apiserver and etcd, a client for the demo and
@@ -29,7 +30,7 @@ func startControlPlane() (*controlPlane, error) {
 	// envtest logs through controller-runtime; the demo tells its own story.
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 
-	dir, err := assetsDir()
+	dir, err := controlplane.Assets()
 	if err != nil {
 		return nil, err
 	}
@@ -43,13 +44,6 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, errors.Join(err, cp.stop())
 	}
 	return cp, nil
-}
-
-func assetsDir() (string, error) {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d, nil
-	}
-	return filepath.Abs("bin")
 }
 
 // connect makes the demo's client and writes a kubeconfig for dualca, as a

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 var (
@@ -31,7 +31,12 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	// Each manager logs to its own test; this catches the rest.
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir()}
+	assets, err := controlplane.Assets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane from %s (run `make control-plane`): %v\n", env.BinaryAssetsDirectory, err)
@@ -49,14 +54,4 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
-}
-
-// assetsDir is KUBEBUILDER_ASSETS, or the repository's ./bin where the
-// Makefile builds kube-apiserver and etcd.
-func assetsDir() string {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	d, _ := filepath.Abs(filepath.Join("..", "..", "bin"))
-	return d
 }

@@ -3,12 +3,13 @@ package mtls_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // cs talks to the control plane that TestMain starts for all the tests.
@@ -19,7 +20,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir()}
+	assets, err := controlplane.Assets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane from %s (run `make control-plane`): %v\n", env.BinaryAssetsDirectory, err)
@@ -34,14 +40,4 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
-}
-
-// assetsDir is KUBEBUILDER_ASSETS, or the repository's ./bin where the
-// Makefile builds kube-apiserver and etcd.
-func assetsDir() string {
-	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
-		return d
-	}
-	d, _ := filepath.Abs(filepath.Join("..", "..", "bin"))
-	return d
 }

@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // Options tune the cluster; the zero value suits a test run from anywhere
@@ -294,17 +296,18 @@ func (o *Options) complete() error {
 		o.Timeout = 30 * time.Second
 	}
 	if o.AssetsDir == "" {
-		o.AssetsDir = os.Getenv("KUBEBUILDER_ASSETS")
+		d, err := controlplane.Assets()
+		if err != nil {
+			return err
+		}
+		o.AssetsDir = d
 	}
-	if o.AssetsDir != "" && o.CertManager != "" && o.CRDDir != "" {
+	if o.CertManager != "" && o.CRDDir != "" {
 		return nil
 	}
-	root, err := repoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
-	}
-	if o.AssetsDir == "" {
-		o.AssetsDir = filepath.Join(root, "bin")
 	}
 	if o.CertManager == "" {
 		o.CertManager = filepath.Join(root, "bin", "cert-manager-controller")
@@ -319,25 +322,6 @@ func (o *Options) complete() error {
 		o.CRDDir = filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
 	}
 	return nil
-}
-
-// repoRoot is the nearest directory above the working directory (a test's
-// package directory) that holds a go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // tail is the last n lines of a file, for a failed test's log.
