@@ -332,3 +332,25 @@ func crossChain(server *x509.Certificate, found []*x509.Certificate, root *Root,
 
 // link is a cross-certificate and the root that signed it.
 type link struct{ cert, signer *x509.Certificate }
+
+// VerifyServer checks a server credential the way a client that trusts
+// only trust does: the first certificate of certPEM must be a leaf for
+// server authentication that chains to trust, the rest of certPEM serving as
+// intermediates, with no host name checked. now is the time of the check.
+func VerifyServer(certPEM []byte, trust *x509.Certificate, now time.Time) error {
+	chain, err := ParseCertificates("tls.crt", certPEM)
+	if err != nil {
+		return err
+	}
+	if isCA(chain[0]) {
+		return fmt.Errorf("the server certificate %q is a CA, not a leaf", chain[0].Subject.CommonName)
+	}
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	opts.Roots.AddCert(trust)
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err = chain[0].Verify(opts)
+	return err
+}

@@ -230,23 +230,6 @@ func rootsOf(pemData []byte) []string {
 	return names
 }
 
-// serverChainsTo verifies the server credential the way a client of root
-// does: the leaf, the rest of tls.crt as intermediates, no host name.
-func serverChainsTo(certPEM []byte, root *x509.Certificate) error {
-	chain, err := bundle.ParseCertificates("tls.crt", certPEM)
-	if err != nil {
-		return err
-	}
-	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(),
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	opts.Roots.AddCert(root)
-	for _, c := range chain[1:] {
-		opts.Intermediates.AddCert(c)
-	}
-	_, err = chain[0].Verify(opts)
-	return err
-}
-
 // gatewayView is what the assertions look at.
 type gatewayView struct {
 	Roots  []string // ca.crt subjects, in order

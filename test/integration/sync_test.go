@@ -29,7 +29,7 @@ func TestANewRootCreatesTheGatewayFromIt(t *testing.T) {
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-1"}, Server: "root-1", Phase: "Steady"}))
 	gw := s.gatewaySecret()
 	s.g.Expect(gw.Type).To(Equal(corev1.SecretTypeTLS))
-	s.g.Expect(serverChainsTo(gw.Data[corev1.TLSCertKey], r1.Cert)).To(Succeed(), "the server certificate is a leaf of root-1")
+	s.g.Expect(bundle.VerifyServer(gw.Data[corev1.TLSCertKey], r1.Cert, time.Now())).To(Succeed(), "the server certificate is a leaf of root-1")
 	s.g.Expect(gw.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r1.KeyPEM), "the gateway does not hold the root's key")
 	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
 	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r1.Cert)))
