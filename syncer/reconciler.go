@@ -43,7 +43,18 @@ type Reconciler struct {
 	// lastInvalid is the reason last reported for an invalid root, so that a
 	// root that stays broken is reported once, not at every retry.
 	lastInvalid atomic.Value
+	// lastWrite is when the gateway Secret was last written; a write that
+	// would change only the client progress waits until progressEvery has
+	// passed since, so a fan-out over thousands of clients does not rewrite
+	// (and make the gateway reload) the Secret once per client. Reconciles
+	// run one at a time, so these need no lock.
+	lastWrite time.Time
+	deferred  time.Duration
 }
+
+// progressEvery bounds how often a change of the client progress alone is
+// written to the gateway Secret.
+const progressEvery = 5 * time.Second
 
 // Reconcile reads root and gateway, decides, and writes the gateway once if
 // anything changed. Each reconcile ends by scheduling the next poll.
@@ -100,6 +111,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // will change by time alone before then (a delay ends, a root expires).
 func (r *Reconciler) requeueAfter(d bundle.Decision) time.Duration {
 	after := wait.Jitter(r.cfg.PollInterval, 0.1)
+	if r.deferred > 0 {
+		after, r.deferred = min(after, r.deferred), 0
+	}
 	if !d.NextCheck.IsZero() {
 		if until := d.NextCheck.Sub(r.cfg.Clock.Now()) + 5*time.Millisecond; until < after {
 			after = max(until, 5*time.Millisecond)
@@ -230,10 +244,17 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 			}
 			return nil, false, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 		}
+		r.lastWrite = r.cfg.Clock.Now()
 		return desired, true, nil
 	}
 	if unchanged(current, desired) {
 		return current, false, nil
+	}
+	if progressOnly(current, desired) {
+		if wait := progressEvery - r.cfg.Clock.Since(r.lastWrite); wait > 0 {
+			r.deferred = wait
+			return current, false, nil
+		}
 	}
 	if err := r.writer.Update(ctx, desired); err != nil {
 		if apierrors.IsConflict(err) {
@@ -241,6 +262,7 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 		}
 		return nil, false, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
+	r.lastWrite = r.cfg.Clock.Now()
 	return desired, true, nil
 }
 
@@ -254,6 +276,18 @@ func mergeAnnotations(existing, ours map[string]string) map[string]string {
 	}
 	maps.Copy(out, ours)
 	return out
+}
+
+// progressOnly reports whether b differs from a in the client progress
+// annotation alone.
+func progressOnly(a, b *corev1.Secret) bool {
+	withoutProgress := func(s *corev1.Secret) *corev1.Secret {
+		c := s.DeepCopy()
+		delete(c.Annotations, bundle.AnnotationClients)
+		return c
+	}
+	return a.Annotations[bundle.AnnotationClients] != b.Annotations[bundle.AnnotationClients] &&
+		unchanged(withoutProgress(a), withoutProgress(b))
 }
 
 func unchanged(a, b *corev1.Secret) bool {

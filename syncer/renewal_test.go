@@ -139,3 +139,24 @@ func TestClientSecretSelector(t *testing.T) {
 	g.Expect(clientSecretSelector.Matches(labels.Set{"controller.cert-manager.io/fao": "true", "cert-manager.io/next-private-key": "true"})).
 		To(BeFalse(), "a next-private-key Secret")
 }
+
+func TestProgressOnlyChangesAreTold(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	base := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			"dualca.io/phase": "Renewing", "dualca.io/clients": "renewed=1 pending=9 failed=0"}},
+		Data: map[string][]byte{"ca.crt": []byte("a")},
+	}
+	progress := base.DeepCopy()
+	progress.Annotations["dualca.io/clients"] = "renewed=2 pending=8 failed=0"
+	phase := progress.DeepCopy()
+	phase.Annotations["dualca.io/phase"] = "Retiring"
+	data := progress.DeepCopy()
+	data.Data["ca.crt"] = []byte("b")
+
+	g.Expect(progressOnly(base, progress)).To(BeTrue())
+	g.Expect(progressOnly(base, phase)).To(BeFalse(), "a phase change is written at once")
+	g.Expect(progressOnly(base, data)).To(BeFalse(), "a bundle change is written at once")
+	g.Expect(progressOnly(base, base.DeepCopy())).To(BeFalse(), "nothing changed")
+}
