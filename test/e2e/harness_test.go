@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -133,10 +134,17 @@ func (s *scenario) options(legacy bool) flags.Options {
 // startDualca runs dualca in this process with o, replacing the one running.
 func (s *scenario) startDualca(o flags.Options) {
 	s.t.Helper()
+	s.startDualcaAs(cl.RESTConfig, o)
+}
+
+// startDualcaAs is startDualca talking to the API server with cfg, for
+// instance as a ServiceAccount through impersonation.
+func (s *scenario) startDualcaAs(cfg *rest.Config, o flags.Options) {
+	s.t.Helper()
 	if s.dualca != nil {
 		s.dualca.stop()
 	}
-	s.dualca = startDualca(s.ctx, s.t, o)
+	s.dualca = startDualca(s.ctx, s.t, cfg, o)
 }
 
 // startTraffic starts the gateway on the gateway Secret and every client
@@ -237,11 +245,11 @@ type dualcaProcess struct {
 	logs   *syncBuffer
 }
 
-func startDualca(ctx context.Context, t *testing.T, o flags.Options) *dualcaProcess {
+func startDualca(ctx context.Context, t *testing.T, cfg *rest.Config, o flags.Options) *dualcaProcess {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := ctrlzap.New(ctrlzap.WriteTo(logs), ctrlzap.Level(zapcore.InfoLevel))
-	mgr, r, err := syncer.NewManager(cl.RESTConfig, syncer.Config{Options: o, Logger: logger})
+	mgr, r, err := syncer.NewManager(cfg, syncer.Config{Options: o, Logger: logger})
 	if err != nil {
 		t.Fatalf("creating dualca: %v", err)
 	}
