@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 )
 
@@ -85,6 +86,9 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
+	registerMetrics()
+	strategyInfo.Reset()
+	strategyInfo.WithLabelValues(strategyName(cfg.Legacy)).Set(1)
 	r := &Reconciler{
 		cfg:      cfg,
 		reader:   mgr.GetAPIReader(),
@@ -107,6 +111,13 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 		return nil, nil, err
 	}
 	return mgr, r, nil
+}
+
+func strategyName(legacy bool) string {
+	if legacy {
+		return bundle.StrategyLegacy
+	}
+	return bundle.StrategyZeroDowntime
 }
 
 // readyz reports ready once the gateway has been brought in sync at least once.

@@ -50,6 +50,8 @@ type Reconciler struct {
 	// run one at a time, so these need no lock.
 	lastWrite time.Time
 	deferred  time.Duration
+	// roots times the roots seen, for the lag and propagation metrics.
+	roots rootWatch
 }
 
 // progressEvery bounds how often a change of the client progress alone is
@@ -64,17 +66,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		gateway *corev1.Secret
 		wrote   bool
 		views   map[string]clientView
+		clients bundle.Clients
+		rootFP  string
 	)
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		root, rootObj, err := r.readRoot(ctx)
 		if err != nil {
 			return r.reportInvalid(ctx, rootObj, err)
 		}
+		rootValid.Set(1)
+		rootFP = root.Fingerprint
+		r.roots.saw(rootFP, r.cfg.Clock.Now())
 		current, gw, err := r.readGateway(ctx)
 		if err != nil {
 			return err
 		}
-		clients := bundle.Clients{}
+		clients = bundle.Clients{}
 		if r.clients != nil {
 			if clients, views, err = r.clients.read(ctx); err != nil {
 				return err
@@ -84,9 +91,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		gateway, wrote, err = r.write(ctx, current, d)
 		return err
 	})
+	now := r.cfg.Clock.Now()
 	if err != nil {
+		r.countError(err, rootFP, now)
 		return reconcile.Result{}, err
 	}
+	r.roots.reflected(d.State.Root, now)
+	recordDecision(d, clients, r.cfg.Legacy, now)
 	r.lastInvalid.Store("")
 	r.synced.Store(true)
 	r.reconciles.Add(1)
@@ -105,6 +116,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 	}
 	return reconcile.Result{RequeueAfter: r.requeueAfter(d)}, nil
+}
+
+// countError counts a failed reconcile by reason and, when a valid root
+// was read, how long the gateway has been behind it.
+func (r *Reconciler) countError(err error, rootFP string, now time.Time) {
+	var invalid *bundle.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		rootValid.Set(0)
+		syncErrors.WithLabelValues("root_invalid").Inc()
+		return
+	case apierrors.IsConflict(err):
+		syncErrors.WithLabelValues("conflict").Inc()
+	default:
+		syncErrors.WithLabelValues("api_error").Inc()
+	}
+	if rootFP != "" {
+		r.roots.behind(rootFP, now)
+	}
 }
 
 // requeueAfter is the jittered poll interval, or less when the decision

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // Renewal.
@@ -187,6 +189,11 @@ func (w *renewer) next(ctx context.Context) bool {
 	w.mu.Lock()
 	w.results[result]++
 	w.mu.Unlock()
+	strategy, method := bundle.StrategyZeroDowntime, "issuing-condition"
+	if w.legacy {
+		strategy, method = bundle.StrategyLegacy, "secret-deletion"
+	}
+	renewals.WithLabelValues(strategy, method, result).Inc()
 	return true
 }
 

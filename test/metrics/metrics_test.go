@@ -1,0 +1,256 @@
+// Package metrics scrapes dualca's real metrics endpoint across a rotation,
+// with client Certificates and their Secrets in place (written by hand: no
+// cert-manager here, only its CRDs), and checks the values move as they
+// should. It is a package of its own because the metrics live in one
+// registry per process: tests of other packages running dualca in parallel
+// would move the same gauges.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/controlplane"
+)
+
+func TestMetricsFollowARotation(t *testing.T) {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(15 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	env := startEnv(t)
+	scheme, err := syncer.Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	k8s, err := client.New(env.Config, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	const ns = "agents"
+	g.Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+
+	now := time.Now()
+	r1 := certs.MustNew(t, "root-ca", now.Add(-2*time.Hour), now.Add(48*time.Hour), certs.Options{IsCA: true}, nil)
+	putRoot := func(r *certs.CA) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "root-ca"}, Type: corev1.SecretTypeTLS}
+		_, err := controllerutil.CreateOrUpdate(ctx, k8s, s, func() error {
+			s.Data = map[string][]byte{"tls.crt": r.CertPEM, "tls.key": r.KeyPEM, "ca.crt": r.CertPEM}
+			return nil
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	putRoot(r1)
+	// Three clients on R1, as cert-manager would have issued them.
+	for i := range 3 {
+		name := fmt.Sprintf("agent-%d", i)
+		g.Expect(k8s.Create(ctx, &cmapi.Certificate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"dualca.io/client": "agent"}},
+			Spec: cmapi.CertificateSpec{SecretName: name, CommonName: name,
+				IssuerRef: cmmeta.IssuerReference{Name: "agents-ca", Kind: "Issuer", Group: "cert-manager.io"}},
+		})).To(Succeed())
+		leaf := certs.MustNew(t, name, now.Add(-time.Hour), now.Add(24*time.Hour), certs.Options{}, r1)
+		g.Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
+			Type:       corev1.SecretTypeTLS,
+			Data:       map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM, "ca.crt": r1.CertPEM},
+		})).To(Succeed())
+	}
+
+	addr := freeAddress(t)
+	o := flags.Defaults()
+	o.RootSecret = types.NamespacedName{Namespace: ns, Name: "root-ca"}
+	o.GatewaySecret = types.NamespacedName{Namespace: ns, Name: "gateway-credential"}
+	o.ClientSelector = labels.SelectorFromSet(labels.Set{"dualca.io/client": "agent"})
+	o.ClientNamespaces = []string{ns}
+	o.TrustPropagationDelay, o.ServerSwitchGrace, o.PollInterval = time.Second, time.Hour, 2*time.Second
+	o.MetricsBindAddress, o.HealthProbeBindAddress = addr, "0"
+	mgr, _, err := syncer.NewManager(env.Config, syncer.Config{Options: o, Logger: zap.New(zap.WriteTo(os.Stderr))})
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	scrape := func() (map[string]*dto.MetricFamily, error) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		return parser.TextToMetricFamilies(resp.Body)
+	}
+	// value is the metric's value for the labels given as k=v pairs; -1
+	// when there is no such series.
+	value := func(name string, kv ...string) func() float64 {
+		return func() float64 {
+			fams, err := scrape()
+			if err != nil {
+				return -2
+			}
+			return valueOf(fams[name], kv...)
+		}
+	}
+	fp1 := bundle.Short(bundle.Fingerprint(r1.Cert))
+
+	// In sync with R1: one root, Steady, lag 0, strategy, validity.
+	g.Eventually(value("dualca_phase", "phase", "Steady")).Should(Equal(1.0))
+	g.Expect(value("dualca_strategy_info", "strategy", "zero-downtime")()).To(Equal(1.0))
+	g.Expect(value("dualca_root_valid")()).To(Equal(1.0))
+	g.Expect(value("dualca_bundle_roots")()).To(Equal(1.0))
+	g.Expect(value("dualca_rotation_lag_seconds")()).To(Equal(0.0))
+	g.Expect(value("dualca_root_expiry_timestamp_seconds", "root", fp1, "role", "current")()).To(Equal(float64(r1.Cert.NotAfter.Unix())))
+	g.Expect(value("dualca_server_certificate_expiry_timestamp_seconds")()).To(Equal(float64(r1.Cert.NotAfter.Unix())),
+		"the server leaf lives as long as its root")
+	g.Expect(value("dualca_root_clients", "root", fp1)()).To(Equal(3.0))
+	g.Expect(value("dualca_clients", "state", "renewed")()).To(Equal(3.0))
+	g.Expect(value("dualca_propagation_seconds")()).To(Equal(1.0), "one propagation observed: start-up")
+
+	// R2 arrives: two roots, R1 now the server's, clients pending, then
+	// renewals triggered through the Issuing condition once the delay ends.
+	r2 := certs.MustNew(t, "root-ca", now.Add(-time.Hour), now.Add(72*time.Hour), certs.Options{IsCA: true}, nil)
+	putRoot(r2)
+	fp2 := bundle.Short(bundle.Fingerprint(r2.Cert))
+	g.Eventually(value("dualca_bundle_roots")).Should(Equal(2.0))
+	g.Expect(value("dualca_root_expiry_timestamp_seconds", "root", fp2, "role", "current")()).To(Equal(float64(r2.Cert.NotAfter.Unix())))
+	g.Expect(value("dualca_root_expiry_timestamp_seconds", "root", fp1, "role", "server")()).To(Equal(float64(r1.Cert.NotAfter.Unix())))
+	g.Expect(value("dualca_root_expiry_timestamp_seconds", "root", fp1, "role", "current")()).To(Equal(-1.0), "R1's old series is gone")
+	g.Expect(value("dualca_propagation_seconds")()).To(Equal(2.0), "the rotation's propagation observed")
+	g.Eventually(value("dualca_clients", "state", "pending")).Should(Equal(3.0))
+	g.Eventually(value("dualca_phase", "phase", "Renewing")).Should(Equal(1.0))
+	g.Eventually(value("dualca_renewals_total", "strategy", "zero-downtime", "method", "issuing-condition", "result", "triggered")).
+		Should(Equal(3.0))
+
+	// A broken root: validity 0 and errors counted, the gateway untouched.
+	bad := &corev1.Secret{}
+	g.Expect(k8s.Get(ctx, o.RootSecret, bad)).To(Succeed())
+	bad.Data["tls.key"] = r1.KeyPEM
+	g.Expect(k8s.Update(ctx, bad)).To(Succeed())
+	g.Eventually(value("dualca_root_valid")).Should(Equal(0.0))
+	g.Eventually(value("dualca_sync_errors_total", "reason", "root_invalid")).Should(BeNumerically(">=", 1))
+	putRoot(r2)
+	g.Eventually(value("dualca_root_valid")).Should(Equal(1.0))
+
+	// Every metric of docs/metrics.md is served; nothing carries PEM.
+	fams, err := scrape()
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for name := range fams {
+		if strings.HasPrefix(name, "dualca_") {
+			names = append(names, name)
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "metrics.md"))
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, name := range names {
+		g.Expect(string(doc)).To(ContainSubstring("`"+name+"`"), "docs/metrics.md describes %s", name)
+	}
+	g.Expect(names).To(ContainElements("dualca_server_certificate_expiry_timestamp_seconds", "dualca_root_expiry_timestamp_seconds",
+		"dualca_root_clients", "dualca_bundle_roots", "dualca_phase", "dualca_rotation_lag_seconds", "dualca_propagation_seconds",
+		"dualca_clients", "dualca_renewals_total", "dualca_root_valid", "dualca_strategy_info", "dualca_sync_errors_total",
+		"dualca_last_sync_timestamp_seconds"))
+	resp, err := http.Get("http://" + addr + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	body := new(strings.Builder)
+	_, _ = io.Copy(body, resp.Body)
+	_ = resp.Body.Close()
+	g.Expect(body.String()).NotTo(ContainSubstring("BEGIN"), "no certificate or key material in the metrics")
+	t.Logf("dualca metrics served: %s", strings.Join(names, ", "))
+}
+
+// valueOf returns the value of the series of fam whose labels include kv,
+// -1 when there is none. Histograms give their sample count.
+func valueOf(fam *dto.MetricFamily, kv ...string) float64 {
+	if fam == nil {
+		return -1
+	}
+	for _, m := range fam.GetMetric() {
+		match := true
+		for i := 0; i+1 < len(kv); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == kv[i] && l.GetValue() == kv[i+1] {
+					found = true
+				}
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue()
+		case m.Counter != nil:
+			return m.GetCounter().GetValue()
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return -1
+}
+
+func startEnv(t *testing.T) *envtest.Environment {
+	t.Helper()
+	assets, err := controlplane.Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "-C", repoRoot(t), "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		t.Fatalf("locating cert-manager's CRDs: %v", err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")}, ErrorIfCRDPathMissing: true}
+	if _, err := env.Start(); err != nil {
+		t.Fatalf("starting the control plane from %s (run `make control-plane`): %v", assets, err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// freeAddress is a loopback address with a port nobody listens on now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
