@@ -145,7 +145,7 @@ func (o *Options) Validate() error {
 		if k.raw == "" && k.key.Name != "" {
 			continue // set in code, not from a flag
 		}
-		key, err := parseKey(k.flag, k.raw)
+		key, err := ParseKey(k.flag, k.raw)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -218,9 +218,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// parseKey turns NAMESPACE/NAME into a key, checking both parts the way the
+// ParseKey turns NAMESPACE/NAME into a key, checking both parts the way the
 // API server would, so that a typo fails here and not as a 404 later.
-func parseKey(flagName, s string) (types.NamespacedName, error) {
+func ParseKey(flagName, s string) (types.NamespacedName, error) {
 	if s == "" {
 		return types.NamespacedName{}, fmt.Errorf("--%s is required, as NAMESPACE/NAME", flagName)
 	}

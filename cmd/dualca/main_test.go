@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -77,4 +78,40 @@ func TestGoodFlagsReachTheAPIServer(t *testing.T) {
 	g.Eventually(requests.Load, 10*time.Second).Should(BeNumerically(">", 0))
 	cancel()
 	g.Eventually(done, 40*time.Second).Should(Receive())
+}
+
+// TestStatusChecksItsFlagsFirst: `dualca status` exits 2 on a bad flag
+// without a request to the cluster, and 2 when the cluster cannot be read.
+func TestStatusChecksItsFlagsFirst(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"no gateway secret":      {[]string{}, "--gateway-secret is required"},
+		"a malformed gateway":    {[]string{"--gateway-secret=gw"}, `want NAMESPACE/NAME`},
+		"a malformed root":       {[]string{"--gateway-secret=ns/gw", "--root-secret=Root/x"}, `namespace "Root"`},
+		"a bad selector":         {[]string{"--gateway-secret=ns/gw", "--client-selector=a in (b"}, "--client-selector"},
+		"an unknown output":      {[]string{"--gateway-secret=ns/gw", "-o=yaml"}, `-o="yaml": want text or json`},
+		"a zero stall threshold": {[]string{"--gateway-secret=ns/gw", "--stalled-after=0s"}, "--stalled-after must be positive"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			kubeconfig, requests := apiServer(t)
+			var stdout, stderr bytes.Buffer
+			code := status(context.Background(), append([]string{"--kubeconfig=" + kubeconfig}, tc.args...), &stdout, &stderr)
+			g.Expect(code).To(Equal(statusError))
+			g.Expect(stderr.String()).To(ContainSubstring(tc.want))
+			g.Expect(requests.Load()).To(BeZero(), "no request before the flags are valid")
+		})
+	}
+	t.Run("an unreachable cluster", func(t *testing.T) {
+		g := NewWithT(t)
+		kubeconfig, requests := apiServer(t)
+		var stdout, stderr bytes.Buffer
+		code := status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--gateway-secret=ns/gw"}, &stdout, &stderr)
+		g.Expect(code).To(Equal(statusError))
+		g.Expect(requests.Load()).To(BeNumerically(">", 0))
+		g.Expect(stdout.String()).To(BeEmpty())
+	})
 }

@@ -1,0 +1,261 @@
+package syncer
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// StatusOptions say what `dualca status` looks at.
+type StatusOptions struct {
+	GatewaySecret types.NamespacedName
+	// RootSecret, when set, is read and validated too.
+	RootSecret types.NamespacedName
+	// ClientSelector, when set, makes the report count the clients that
+	// need each root, from their Secrets; else client progress comes from
+	// the gateway Secret's annotation.
+	ClientSelector   labels.Selector
+	ClientNamespaces []string
+	// StalledAfter is how long a rotation may stay in Renewing before the
+	// report calls the renewal stalled.
+	StalledAfter time.Duration
+}
+
+// Report is what `dualca status` shows. It holds fingerprint prefixes,
+// subjects and dates, never certificate bytes.
+type Report struct {
+	Gateway     string           `json:"gateway"`
+	Strategy    string           `json:"strategy"`
+	Phase       string           `json:"phase,omitempty"`
+	RootAddedAt *time.Time       `json:"rootAddedAt,omitempty"`
+	SwitchedAt  *time.Time       `json:"serverSwitchedAt,omitempty"`
+	Root        *RootStatus      `json:"rootSecret,omitempty"`
+	Roots       []BundleRoot     `json:"roots"`
+	Clients     *bundle.Progress `json:"clients,omitempty"`
+	// Attention lists what needs an operator; empty when all is well.
+	Attention []string `json:"attention"`
+}
+
+// RootStatus is the root Secret as dualca would read it.
+type RootStatus struct {
+	Secret      string `json:"secret"`
+	Valid       bool   `json:"valid"`
+	Reason      string `json:"reason,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// BundleRoot is one root of the gateway's ca.crt.
+type BundleRoot struct {
+	Fingerprint string    `json:"fingerprint"` // 12-character prefix
+	Subject     string    `json:"subject"`
+	NotAfter    time.Time `json:"notAfter"`
+	Current     bool      `json:"current"`
+	Server      bool      `json:"server"`
+	// Clients is how many selected clients' unexpired leaves chain to it;
+	// nil when clients were not looked at.
+	Clients *int `json:"clients,omitempty"`
+}
+
+// Status reads the gateway Secret, and the root Secret and clients when
+// asked, and reports on them.
+func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time) (*Report, error) {
+	gw := &corev1.Secret{}
+	if err := c.Get(ctx, o.GatewaySecret, gw); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &Report{Gateway: o.GatewaySecret.String(), Roots: []BundleRoot{},
+				Attention: []string{"gateway secret " + o.GatewaySecret.String() + " does not exist"}}, nil
+		}
+		return nil, fmt.Errorf("reading gateway secret %s: %w", o.GatewaySecret, err)
+	}
+	st := bundle.ParseState(gw.Annotations)
+	r := &Report{Gateway: o.GatewaySecret.String(), Strategy: st.Strategy, Phase: string(st.Phase), Clients: st.Clients,
+		Roots: []BundleRoot{}, Attention: []string{}}
+	if !st.RootAddedAt.IsZero() {
+		r.RootAddedAt = &st.RootAddedAt
+	}
+	if !st.SwitchedAt.IsZero() {
+		r.SwitchedAt = &st.SwitchedAt
+	}
+	if r.Strategy == "" {
+		r.Attention = append(r.Attention, "the gateway secret carries no dualca strategy annotation: not written by dualca yet")
+	}
+
+	if o.RootSecret.Name != "" {
+		r.Root = &RootStatus{Secret: o.RootSecret.String()}
+		s := &corev1.Secret{}
+		err := c.Get(ctx, o.RootSecret, s)
+		switch {
+		case apierrors.IsNotFound(err):
+			r.Root.Reason = "root secret not found"
+		case err != nil:
+			return nil, fmt.Errorf("reading root secret %s: %w", o.RootSecret, err)
+		default:
+			root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
+			var invalid *bundle.InvalidError
+			switch {
+			case errors.As(err, &invalid):
+				r.Root.Reason = invalid.Error()
+			case err != nil:
+				r.Root.Reason = err.Error()
+			default:
+				r.Root.Valid, r.Root.Fingerprint = true, bundle.Short(root.Fingerprint)
+				if root.Fingerprint != st.Root {
+					r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
+				}
+			}
+		}
+		if !r.Root.Valid {
+			r.Attention = append(r.Attention, "invalid root: "+r.Root.Reason)
+		}
+	}
+
+	var clients *bundle.Clients
+	if o.ClientSelector != nil {
+		cs, err := ReadClients(ctx, c, o.ClientSelector, o.ClientNamespaces)
+		if err != nil {
+			return nil, err
+		}
+		clients = &cs
+	}
+	roots, _ := bundle.ParseCertificates(caKey, gw.Data[caKey])
+	for _, root := range roots {
+		fp := bundle.Fingerprint(root)
+		br := BundleRoot{Fingerprint: bundle.Short(fp), Subject: root.Subject.String(), NotAfter: root.NotAfter.UTC(),
+			Current: fp == st.Root, Server: fp == st.Server}
+		if clients != nil {
+			n := using(*clients, root, now)
+			br.Clients = &n
+		}
+		r.Roots = append(r.Roots, br)
+	}
+	if clients != nil {
+		p := progressOf(*clients, roots, st.Root, now)
+		r.Clients = &p
+	}
+	if r.Clients != nil && r.Clients.Failed > 0 {
+		r.Attention = append(r.Attention, fmt.Sprintf("%d clients failed to renew: see their Certificates' conditions", r.Clients.Failed))
+	}
+	if st.Phase == bundle.PhaseRenewing && r.RootAddedAt != nil && o.StalledAfter > 0 && now.Sub(*r.RootAddedAt) > o.StalledAfter {
+		r.Attention = append(r.Attention, fmt.Sprintf("client renewal stalled: renewing for %s (more than %s)",
+			now.Sub(*r.RootAddedAt).Round(time.Second), o.StalledAfter))
+	}
+	return r, nil
+}
+
+// ReadClients reads the selected clients through any reader: the cache in
+// the syncer, the API server in `dualca status`.
+func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector, namespaces []string) (bundle.Clients, error) {
+	t := &clientTracker{reader: c, cfg: Config{}}
+	t.cfg.ClientSelector, t.cfg.ClientNamespaces = selector, namespaces
+	cs, _, err := t.read(ctx)
+	return cs, err
+}
+
+// progressOf counts the clients on the current root (found among roots by
+// fingerprint), pending and failed, as the decision does.
+func progressOf(clients bundle.Clients, roots []*x509.Certificate, current string, now time.Time) bundle.Progress {
+	root := bundle.Find(roots, current)
+	var p bundle.Progress
+	for _, c := range clients.Items {
+		switch {
+		case root != nil && c.On(root, now):
+			p.Renewed++
+		case c.Failed:
+			p.Failed++
+		default:
+			p.Pending++
+		}
+	}
+	return p
+}
+
+// WriteText prints the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "gateway\t%s\n", r.Gateway)
+	fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
+	phase := dash(r.Phase)
+	if r.RootAddedAt != nil && r.Phase != "" && r.Phase != string(bundle.PhaseSteady) {
+		phase += " (rotation started " + r.RootAddedAt.UTC().Format(time.RFC3339) + ")"
+	}
+	fmt.Fprintf(tw, "phase\t%s\n", phase)
+	if r.Root != nil {
+		state := "valid, " + r.Root.Fingerprint
+		if !r.Root.Valid {
+			state = "INVALID: " + r.Root.Reason
+		}
+		fmt.Fprintf(tw, "root secret\t%s (%s)\n", r.Root.Secret, state)
+	}
+	if r.Clients != nil {
+		fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROOT\tSUBJECT\tNOT AFTER\tSTATUS")
+	for _, b := range r.Roots {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Fingerprint, b.Subject, b.NotAfter.Format(time.RFC3339), b.status())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(r.Attention) == 0 {
+		_, err := fmt.Fprintln(w, "attention: none")
+		return err
+	}
+	for _, a := range r.Attention {
+		if _, err := fmt.Fprintln(w, "attention: "+a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteJSON prints the report for scripts.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// status says what a root is there for.
+func (b BundleRoot) status() string {
+	var parts []string
+	if b.Current {
+		parts = append(parts, "current")
+	}
+	if b.Server {
+		parts = append(parts, "server")
+	}
+	if b.Clients != nil && *b.Clients > 0 {
+		parts = append(parts, "needed by "+clientCount(*b.Clients))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "retiring")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
