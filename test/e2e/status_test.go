@@ -50,7 +50,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	s.g.Expect(current.Fingerprint).To(Equal(bundle.Short(bundle.Fingerprint(r2))))
 	s.g.Expect(current.Current).To(BeTrue())
 	s.g.Expect(server.Server).To(BeTrue())
-	s.g.Expect(*current.Clients + *server.Clients).To(Equal(clients), "every client needs one of the two roots")
+	s.g.Expect(*current.Clients+*server.Clients).To(Equal(clients), "every client needs one of the two roots")
 	s.g.Expect(text.String()).To(And(ContainSubstring("Renewing"), ContainSubstring("server, needed by"), ContainSubstring("attention: none")))
 	s.g.Expect(text.String()).NotTo(ContainSubstring("BEGIN"), "no certificate material")
 
