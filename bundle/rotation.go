@@ -151,7 +151,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	// Clients load a renewed Secret a moment after it is written: the server
 	// moves only once every client has been on the new root for the
 	// propagation delay, measured from when dualca first saw them all on it.
-	if p := progress(clients, root.Cert, now); !clients.Tracked || p.Pending+p.Failed > 0 || Fingerprint(serverRoot) == root.Fingerprint {
+	if p := CountProgress(clients, root.Cert, now); !clients.Tracked || p.Pending+p.Failed > 0 || Fingerprint(serverRoot) == root.Fingerprint {
 		st.ClientsReadyAt = time.Time{}
 	} else if st.ClientsReadyAt.IsZero() {
 		st.ClientsReadyAt = stamp
@@ -193,7 +193,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	d := Decision{CertPEM: cred.pem(), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: events,
 		NextCheck: nextCheck(st, serverRoot, kept, clients, t, now)}
 	if clients.Tracked {
-		p := progress(clients, root.Cert, now)
+		p := CountProgress(clients, root.Cert, now)
 		d.State.Clients = &p
 		// Clients are moved once the gateway trusts the new root, and also
 		// after a forced switch: the ones left behind still need it.
@@ -319,12 +319,12 @@ func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timin
 	if clients.Tracked {
 		ready := !st.ClientsReadyAt.IsZero()
 		if ready && elapsed >= t.TrustPropagationDelay && now.Sub(st.ClientsReadyAt) >= t.TrustPropagationDelay {
-			p := progress(clients, root.Cert, now)
+			p := CountProgress(clients, root.Cert, now)
 			return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
 				Message: "all " + itoa(p.Renewed) + " clients trust root " + describe(root.Cert) + "; server now presents it"}}
 		}
 		if elapsed >= t.ServerSwitchGrace {
-			p := progress(clients, root.Cert, now)
+			p := CountProgress(clients, root.Cert, now)
 			return forced(fmt.Sprintf("grace period %s is over with %d clients not on the new root", t.ServerSwitchGrace, p.Pending+p.Failed))
 		}
 		return switchDecision{}
@@ -429,7 +429,9 @@ func phaseOf(server, root *x509.Certificate, roots int, addedAt time.Time, t Tim
 	}
 }
 
-func progress(clients Clients, root *x509.Certificate, now time.Time) Progress {
+// CountProgress counts the clients on root (renewed), those whose last
+// renewal failed, and the others (pending). A nil root counts none renewed.
+func CountProgress(clients Clients, root *x509.Certificate, now time.Time) Progress {
 	var p Progress
 	for _, c := range clients.Items {
 		switch {

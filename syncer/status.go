@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,7 +142,7 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		r.Roots = append(r.Roots, br)
 	}
 	if clients != nil {
-		p := progressOf(*clients, roots, st.Root, now)
+		p := bundle.CountProgress(*clients, bundle.Find(roots, st.Root), now)
 		r.Clients = &p
 	}
 	if r.Clients != nil && r.Clients.Failed > 0 {
@@ -163,24 +162,6 @@ func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector,
 	t.cfg.ClientSelector, t.cfg.ClientNamespaces = selector, namespaces
 	cs, _, err := t.read(ctx)
 	return cs, err
-}
-
-// progressOf counts the clients on the current root (found among roots by
-// fingerprint), pending and failed, as the decision does.
-func progressOf(clients bundle.Clients, roots []*x509.Certificate, current string, now time.Time) bundle.Progress {
-	root := bundle.Find(roots, current)
-	var p bundle.Progress
-	for _, c := range clients.Items {
-		switch {
-		case root != nil && c.On(root, now):
-			p.Renewed++
-		case c.Failed:
-			p.Failed++
-		default:
-			p.Pending++
-		}
-	}
-	return p
 }
 
 // WriteText prints the report for people.
