@@ -83,4 +83,19 @@ $(BIN)/cert-manager-controller: $(TOOLS_MK_DIR)/certmanager/go.mod $(TOOLS_MK_DI
 .PHONY: cert-manager
 cert-manager: $(BIN)/cert-manager-controller ## build cert-manager's controller into ./bin from Go modules (for the e2e tests)
 
+# --- helm (for the chart tests in test/chart and test/e2e) -------------------
+# helm.sh/helm/v4/cmd/helm is a main package: test/tools/helm/tools.go pins it
+# behind the `tools` build tag and it is built by import path from inside that
+# module, with the version helm would otherwise only know as "v4.3".
+HELM_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/helm/go.mod,helm.sh/helm/v4)
+HELM_LDFLAGS ?= -s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)
+
+$(BIN)/helm: $(TOOLS_MK_DIR)/helm/go.mod $(TOOLS_MK_DIR)/helm/go.sum $(TOOLS_MK_DIR)/helm/tools.go
+	@mkdir -p $(@D)
+	@echo "building helm $(HELM_VERSION) from Go modules (a minute or two, once)"
+	cd $(TOOLS_MK_DIR)/helm && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(HELM_LDFLAGS)' -o $@.tmp helm.sh/helm/v4/cmd/helm && mv -f $@.tmp $@
+
+.PHONY: helm
+helm: $(BIN)/helm ## build helm into ./bin from Go modules (for the chart tests)
+
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))
