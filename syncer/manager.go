@@ -107,6 +107,9 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, nil, err
 	}
+	if cfg.LeaderElect {
+		r.elected = mgr.Elected()
+	}
 	if err := mgr.AddReadyzCheck("synced", r.readyz); err != nil {
 		return nil, nil, err
 	}
@@ -120,8 +123,18 @@ func strategyName(legacy bool) string {
 	return bundle.StrategyZeroDowntime
 }
 
-// readyz reports ready once the gateway has been brought in sync at least once.
+// readyz reports ready once the gateway has been brought in sync at least
+// once. A standby replica (leader election on, not elected) is ready too:
+// it has nothing to sync until it leads, and a rolling update must not wait
+// for it.
 func (r *Reconciler) readyz(*http.Request) error {
+	if r.elected != nil {
+		select {
+		case <-r.elected:
+		default:
+			return nil
+		}
+	}
 	if !r.synced.Load() {
 		return errors.New("gateway secret not in sync yet")
 	}

@@ -52,6 +52,8 @@ type Reconciler struct {
 	deferred  time.Duration
 	// roots times the roots seen, for the lag and propagation metrics.
 	roots rootWatch
+	// elected is closed once this replica leads; nil without leader election.
+	elected <-chan struct{}
 }
 
 // progressEvery bounds how often a change of the client progress alone is

@@ -348,6 +348,21 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	s.g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+
+	// A second replica waits as a standby: it syncs nothing, yet it is
+	// ready, so a rolling update does not stall on it.
+	standby := o
+	standby.HealthProbeBindAddress = freeAddress(t)
+	d := s.start(syncer.Config{Options: standby})
+	s.g.Eventually(func() (int, error) {
+		resp, err := http.Get("http://" + standby.HealthProbeBindAddress + "/readyz")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}).Should(Equal(http.StatusOK))
+	s.g.Consistently(d.r.Reconciles, time.Second).Should(BeZero(), "the standby does not reconcile")
 }
 
 // freeAddress is a loopback address with a port nobody listens on.
