@@ -1,0 +1,189 @@
+{{/*
+Names and labels. The full name is the release name, suffixed with the
+chart name unless the release name already holds it; Kubernetes names stop
+at 63 characters.
+*/}}
+{{- define "dualca.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dualca.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dualca.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dualca.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "dualca.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "dualca.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: ca-rotation
+{{- end -}}
+
+{{- define "dualca.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "dualca.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: the Roles are bound to it" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.validate fails the render on combinations the schema cannot express,
+with the message dualca itself would give at start-up.
+*/}}
+{{- define "dualca.validate" -}}
+{{- $v := .Values -}}
+{{- if and (eq $v.rootSecret.namespace $v.gatewaySecret.namespace) (eq $v.rootSecret.name $v.gatewaySecret.name) -}}
+{{- fail "gatewaySecret must differ from rootSecret: dualca never writes the root" -}}
+{{- end -}}
+{{- if and $v.clients.namespaces (not $v.clients.selector) -}}
+{{- fail "clients.namespaces needs clients.selector: without it no client is tracked" -}}
+{{- end -}}
+{{- if and (gt (int $v.replicas) 1) (not $v.leaderElection.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled: two dualcas would race on the gateway Secret" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Namespaces dualca works in, each as a JSON list: the client namespaces
+(the gateway's by default, none without a selector) and the election
+namespace (the gateway's by default, none without leader election).
+*/}}
+{{- define "dualca.clientNamespaces" -}}
+{{- if .Values.clients.selector -}}
+{{- default (list .Values.gatewaySecret.namespace) .Values.clients.namespaces | uniq | toJson -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
+
+{{- define "dualca.electionNamespace" -}}
+{{- if .Values.leaderElection.enabled -}}
+{{- default .Values.gatewaySecret.namespace .Values.leaderElection.namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* dualca.rbacNamespaces: every namespace that gets a Role, sorted, once each. */}}
+{{- define "dualca.rbacNamespaces" -}}
+{{- $all := list .Values.rootSecret.namespace .Values.gatewaySecret.namespace -}}
+{{- $all = concat $all (include "dualca.clientNamespaces" . | fromJsonArray) -}}
+{{- with include "dualca.electionNamespace" . -}}
+{{- $all = append $all . -}}
+{{- end -}}
+{{- $all | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/* dualca.leaseName is controller-runtime's LeaderElectionID as dualca sets it. */}}
+{{- define "dualca.leaseName" -}}
+dualca-{{ .Values.gatewaySecret.name }}
+{{- end -}}
+
+{{/* dualca.args are dualca's flags, one per line, from the values. */}}
+{{- define "dualca.args" -}}
+{{- $v := .Values -}}
+- --root-secret={{ $v.rootSecret.namespace }}/{{ $v.rootSecret.name }}
+- --gateway-secret={{ $v.gatewaySecret.namespace }}/{{ $v.gatewaySecret.name }}
+{{- if $v.certManagement.legacy }}
+- --cert-management-legacy
+{{- end }}
+- --poll-interval={{ $v.rotation.pollInterval }}
+- --trust-propagation-delay={{ $v.rotation.trustPropagationDelay }}
+- --server-switch-grace={{ $v.rotation.serverSwitchGrace }}
+{{- with $v.clients.selector }}
+- {{ printf "--client-selector=%s" . | quote }}
+{{- end }}
+{{- with $v.clients.namespaces }}
+- --client-namespaces={{ join "," . }}
+{{- end }}
+- --renewal-qps={{ $v.renewal.qps }}
+- --renewal-burst={{ int $v.renewal.burst }}
+- --metrics-bind-address={{ if $v.metrics.port }}:{{ int $v.metrics.port }}{{ else }}0{{ end }}
+- --health-probe-bind-address={{ if $v.health.port }}:{{ int $v.health.port }}{{ else }}0{{ end }}
+{{- if $v.leaderElection.enabled }}
+- --leader-elect
+{{- with $v.leaderElection.namespace }}
+- --leader-election-namespace={{ . }}
+{{- end }}
+{{- end }}
+- --zap-log-level={{ $v.logLevel }}
+{{- with $v.logEncoder }}
+- --zap-encoder={{ . }}
+{{- end }}
+{{- with $v.logTimeEncoding }}
+- --zap-time-encoding={{ . }}
+{{- end }}
+{{- with $v.logStacktraceLevel }}
+- --zap-stacktrace-level={{ . }}
+{{- end }}
+{{- range $v.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+dualca.container is dualca's container, as one item of a containers list.
+Another chart runs dualca as a sidecar of its gateway with it: make this
+chart a dependency (with deployment.enabled: false) and, in the gateway's
+pod spec, include it with the dependency's context:
+
+    containers:
+      - name: gateway
+        ...
+      {{- include "dualca.container" .Subcharts.dualca | nindent 6 }}
+
+The container carries its own hardened security context, since the
+including pod's is not this chart's to set.
+*/}}
+{{- define "dualca.container" -}}
+{{- include "dualca.validate" . -}}
+- name: dualca
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    {{- include "dualca.args" . | nindent 4 }}
+  {{- if or .Values.metrics.port .Values.health.port }}
+  ports:
+    {{- if .Values.metrics.port }}
+    - name: dualca-metrics
+      containerPort: {{ int .Values.metrics.port }}
+      protocol: TCP
+    {{- end }}
+    {{- if .Values.health.port }}
+    - name: dualca-health
+      containerPort: {{ int .Values.health.port }}
+      protocol: TCP
+    {{- end }}
+  {{- end }}
+  {{- if .Values.health.port }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: dualca-health
+    periodSeconds: 20
+    failureThreshold: 3
+  readinessProbe:
+    # Ready once this replica has brought the gateway Secret in sync.
+    httpGet:
+      path: /readyz
+      port: dualca-health
+    periodSeconds: 5
+    failureThreshold: 3
+  {{- end }}
+  {{- with .Values.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}

@@ -1,0 +1,413 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/controlplane"
+)
+
+// The chart's RBAC, for real: dualca runs a rotation as the chart's
+// ServiceAccount (impersonated), with only the Roles the chart renders for
+// the scenario. Enough: the rotation converges without a failed handshake,
+// the events are recorded, and the API server refuses none of dualca's
+// requests. No more: every permission the Roles grant is used by dualca
+// during the rotation (but two, see expectEveryPermissionUsed), and the
+// writes and reads dualca has no business doing are refused.
+
+func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	roles, sa := s.installChartRBAC(false)
+	requests := &requestLog{}
+	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(false))
+	s.startTraffic()
+
+	r2 := s.rotate()
+	s.converged(r2, false, 60*time.Second)
+	_, failures := s.report("zero-downtime, as the chart's ServiceAccount")
+	s.g.Expect(failures).To(BeZero(), "no handshake failed: %v", s.fleet.Stats().Total.Errors)
+	s.g.Eventually(func() ([]string, error) { return dualcaEvents(s) }).WithTimeout(10*time.Second).Should(ContainElements(
+		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonBundleUpdated, "Normal "+bundle.ReasonClientRenewalTriggered,
+		"Normal "+bundle.ReasonServerSwitched, "Normal "+bundle.ReasonRootRetired), "dualca's events were recorded")
+	s.expectEveryPermissionUsed(roles, requests)
+
+	// With the same identity, what dualca must not do is refused.
+	c := s.clientAs(sa)
+	unrelated := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "unrelated"}, StringData: map[string]string{"k": "v"}}
+	s.g.Expect(cl.Client.Create(s.ctx, unrelated.DeepCopy())).To(Succeed())
+	other := "other-" + s.ns
+	s.g.Expect(cl.CreateNamespace(s.ctx, other)).To(Succeed())
+	elsewhere := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "elsewhere"}}
+	s.g.Expect(cl.Client.Create(s.ctx, elsewhere.DeepCopy())).To(Succeed())
+	forbidden := map[string]error{
+		"reading an unrelated Secret by name":      c.Get(s.ctx, client.ObjectKeyFromObject(unrelated), &corev1.Secret{}),
+		"updating an unrelated Secret":             c.Update(s.ctx, edited(s, unrelated)),
+		"updating the root Secret":                 c.Update(s.ctx, edited(s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: rootName}})),
+		"deleting a client Secret":                 c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.clients[0]}}),
+		"changing a client Certificate's spec":     c.Update(s.ctx, clientCertificate(s)),
+		"reading a Secret of another namespace":    c.Get(s.ctx, client.ObjectKeyFromObject(elsewhere), &corev1.Secret{}),
+		"listing the Secrets of another namespace": c.List(s.ctx, &corev1.SecretList{}, client.InNamespace(other)),
+		"creating a Secret in another namespace":   c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "x"}}, client.DryRunAll),
+	}
+	for what, err := range forbidden {
+		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s is forbidden, got %v", what, err)
+	}
+	// What RBAC cannot narrow: create is granted for the gateway Secret,
+	// and no name is known when a create is authorized.
+	s.g.Expect(c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "any-name"}}, client.DryRunAll)).
+		To(Succeed(), "creating a Secret of any name in the gateway's namespace is allowed")
+}
+
+// TestChartRBACIsEnoughForTheLegacyStrategy: the legacy strategy's Roles,
+// which let dualca delete client Secrets and no longer touch Certificates.
+func TestChartRBACIsEnoughForTheLegacyStrategy(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	roles, sa := s.installChartRBAC(true)
+	requests := &requestLog{}
+	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(true))
+	s.startTraffic()
+
+	r2 := s.rotate()
+	s.converged(r2, true, 60*time.Second)
+	s.report("legacy, as the chart's ServiceAccount")
+	s.g.Expect(s.dualca.renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
+	s.g.Eventually(func() ([]string, error) { return dualcaEvents(s) }).WithTimeout(10 * time.Second).Should(ContainElements(
+		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonClientRenewalTriggered))
+	s.expectEveryPermissionUsed(roles, requests)
+	s.g.Expect(apierrors.IsForbidden(s.clientAs(sa).Status().Update(s.ctx, clientCertificate(s)))).To(BeTrue(),
+		"the legacy strategy cannot touch a Certificate's status")
+}
+
+// TestChartRBACIsEnoughForLeaderElection: with leader election, the Lease
+// (by name) and the core events client-go's election records.
+func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients/4)
+	roles, sa := s.installChartRBAC(false, "leaderElection: {enabled: true}")
+	requests := &requestLog{}
+	o := s.options(false)
+	o.LeaderElect = true
+	s.startDualcaAs(impersonating(s.ns, sa, requests), o)
+	s.startTraffic()
+
+	r2 := s.rotate()
+	s.converged(r2, false, 60*time.Second)
+	_, failures := s.report("zero-downtime with leader election, as the chart's ServiceAccount")
+	s.g.Expect(failures).To(BeZero())
+	lease := &coordinationv1.Lease{}
+	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease)).To(Succeed())
+	s.g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Not(BeEmpty())), "dualca holds the Lease")
+	s.g.Eventually(func(g Gomega) {
+		var events corev1.EventList
+		g.Expect(cl.Client.List(s.ctx, &events, client.InNamespace(s.ns))).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", "LeaderElection"), HaveField("InvolvedObject.Kind", "Lease"))))
+	}).WithTimeout(10*time.Second).Should(Succeed(), "the election's event was recorded")
+	s.expectEveryPermissionUsed(roles, requests)
+}
+
+// installChartRBAC renders the chart for the scenario with bin/helm and
+// creates its ServiceAccount, Roles and RoleBindings. It returns the Roles
+// and the ServiceAccount's name. extra are more values, YAML.
+func (s *scenario) installChartRBAC(legacy bool, extra ...string) ([]*rbacv1.Role, string) {
+	s.t.Helper()
+	values := fmt.Sprintf(`
+rootSecret: {namespace: %[1]s, name: %[2]s}
+gatewaySecret: {namespace: %[1]s, name: %[3]s}
+clients: {selector: %[4]s=agent}
+certManagement: {legacy: %[5]t}
+`, s.ns, rootName, gatewayName, clientLabel, legacy) + strings.Join(extra, "\n")
+	objs := renderChart(s.t, s.ns, values)
+	var roles []*rbacv1.Role
+	sa := ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount":
+			sa = o.GetName()
+		case "Role":
+			r := &rbacv1.Role{}
+			s.g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, r)).To(Succeed())
+			roles = append(roles, r)
+		case "RoleBinding":
+		default:
+			continue
+		}
+		s.g.Expect(cl.Client.Create(s.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
+	}
+	s.g.Expect(sa).NotTo(BeEmpty(), "the chart renders a ServiceAccount")
+	s.g.Expect(roles).To(HaveLen(1), "root, gateway and clients share the scenario's namespace: one Role")
+	return roles, sa
+}
+
+// renderChart runs `helm template` on charts/dualca as release "dualca" in
+// namespace ns, with bin/helm ($HELM overrides it).
+func renderChart(t *testing.T, ns, values string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		helm = filepath.Join(root, "bin", "helm")
+	}
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("no helm at %s (run `make helm`, or set $HELM): %v", helm, err)
+	}
+	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(valuesFile, []byte(values), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helm, "template", "dualca", filepath.Join(root, "charts", "dualca"), "--namespace", ns, "-f", valuesFile)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template: %v: %s", err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	for {
+		var obj map[string]any
+		err := d.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(obj) > 0 { // not a document of comments only
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// impersonating is the admin's config acting as ServiceAccount ns/sa,
+// recording every request into log.
+func impersonating(ns, sa string, log *requestLog) *rest.Config {
+	cfg := rest.CopyConfig(cl.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa}
+	if log != nil {
+		cfg.Wrap(log.wrap)
+	}
+	return cfg
+}
+
+// clientAs is a client acting as the scenario's ServiceAccount sa.
+func (s *scenario) clientAs(sa string) client.Client {
+	c, err := client.New(impersonating(s.ns, sa, nil), client.Options{Scheme: cl.Client.Scheme()})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// edited returns obj as the API server holds it, with a change to write.
+func edited(s *scenario, obj *corev1.Secret) *corev1.Secret {
+	cur := &corev1.Secret{}
+	s.g.Expect(cl.Client.Get(s.ctx, client.ObjectKeyFromObject(obj), cur)).To(Succeed())
+	cur.StringData = map[string]string{"written-by": "dualca"}
+	return cur
+}
+
+// clientCertificate is the first client's Certificate as the API server
+// holds it, renewal forced by hand.
+func clientCertificate(s *scenario) client.Object {
+	crt := &unstructured.Unstructured{}
+	crt.SetAPIVersion("cert-manager.io/v1")
+	crt.SetKind("Certificate")
+	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: s.clients[0]}, crt)).To(Succeed())
+	s.g.Expect(unstructured.SetNestedField(crt.Object, "1h", "spec", "renewBefore")).To(Succeed())
+	return crt
+}
+
+// dualcaEvents lists "Type Reason" of the events dualca reported in the
+// scenario's namespace.
+func dualcaEvents(s *scenario) ([]string, error) {
+	var list eventsv1.EventList
+	if err := cl.Client.List(s.ctx, &list, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.ReportingController == "dualca" {
+			out = append(out, e.Type+" "+e.Reason)
+		}
+	}
+	return out, nil
+}
+
+// expectEveryPermissionUsed checks that the API server refused none of
+// dualca's requests and that every verb the Roles grant was used, with two
+// exceptions. events patch (either API) is for a repeated event only. list is what
+// client-go's informers fall back to on API servers without streaming
+// lists; this one has them, so a watch (sendInitialEvents) does the list.
+func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *requestLog) {
+	s.t.Helper()
+	reqs := log.all()
+	s.g.Expect(reqs).NotTo(BeEmpty())
+	var refused []string
+	for _, r := range reqs {
+		if r.code == http.StatusForbidden {
+			refused = append(refused, r.String())
+		}
+	}
+	s.g.Expect(refused).To(BeEmpty(), "the API server refused none of dualca's requests")
+	var unused, excused []string
+	for _, role := range roles {
+		for _, rule := range role.Rules {
+			for _, group := range rule.APIGroups {
+				for _, resource := range rule.Resources {
+					used := func(verb string) bool {
+						return slices.ContainsFunc(reqs, func(r request) bool {
+							return r.ns == role.Namespace && r.group == group && r.resource == resource && r.verb == verb &&
+								(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, r.name))
+						})
+					}
+					for _, verb := range rule.Verbs {
+						what := fmt.Sprintf("%s %s/%s %v", verb, group, resource, rule.ResourceNames)
+						switch {
+						case used(verb):
+						case verb == "list" && used("watch"), verb == "patch" && resource == "events":
+							excused = append(excused, what)
+						default:
+							unused = append(unused, what)
+						}
+					}
+				}
+			}
+		}
+	}
+	s.t.Logf("dualca's requests as the chart's ServiceAccount: %v; granted, not used here, as expected: %v", log.summary(), excused)
+	s.g.Expect(unused).To(BeEmpty(), "every permission granted is used")
+}
+
+// request is one API request as RBAC sees it.
+type request struct {
+	verb, group, resource, ns, name string
+	code                            int
+}
+
+func (r request) String() string {
+	return fmt.Sprintf("%s %s/%s %s/%s -> %d", r.verb, r.group, r.resource, r.ns, r.name, r.code)
+}
+
+// parseRequest turns an API request into RBAC's attributes: the verb, the
+// resource with its subresource, and the name, taken from a metadata.name
+// field selector for a list or watch as the API server does. ok is false
+// for anything but a resource request (discovery).
+func parseRequest(req *http.Request) (r request, ok bool) {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	switch {
+	case len(parts) > 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) > 3 && parts[0] == "apis":
+		r.group, parts = parts[1], parts[3:]
+	default:
+		return r, false
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" {
+		r.ns, parts = parts[1], parts[2:]
+	}
+	r.resource = parts[0]
+	if len(parts) > 1 {
+		r.name = parts[1]
+	}
+	if len(parts) > 2 {
+		r.resource += "/" + parts[2]
+	}
+	q := req.URL.Query()
+	switch req.Method {
+	case http.MethodGet:
+		switch {
+		case r.name != "":
+			r.verb = "get"
+		case q.Get("watch") == "true" || q.Get("watch") == "1":
+			r.verb = "watch"
+		default:
+			r.verb = "list"
+		}
+	case http.MethodPost:
+		r.verb = "create"
+	case http.MethodPut:
+		r.verb = "update"
+	case http.MethodPatch:
+		r.verb = "patch"
+	case http.MethodDelete:
+		r.verb = "delete"
+	}
+	if r.name == "" && (r.verb == "list" || r.verb == "watch") {
+		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {
+			r.name, _ = sel.RequiresExactMatch("metadata.name")
+		}
+	}
+	return r, true
+}
+
+// requestLog records the requests a client made and their status codes.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []request
+}
+
+type transportFunc func(*http.Request) (*http.Response, error)
+
+func (f transportFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return transportFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if r, ok := parseRequest(req); ok && err == nil {
+			r.code = resp.StatusCode
+			l.mu.Lock()
+			l.reqs = append(l.reqs, r)
+			l.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+func (l *requestLog) all() []request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+// summary counts the requests by verb and resource.
+func (l *requestLog) summary() []string {
+	counts := map[string]int{}
+	for _, r := range l.all() {
+		counts[fmt.Sprintf("%s %s/%s", r.verb, r.group, r.resource)]++
+	}
+	out := make([]string, 0, len(counts))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		out = append(out, fmt.Sprintf("%s ×%d", k, counts[k]))
+	}
+	return out
+}
