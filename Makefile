@@ -15,6 +15,7 @@ FUZZTIME ?= 1m
 include test/tools/tools.mk
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
+export HELM := $(BIN)/helm
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './bin/*') go.mod go.sum
 
@@ -30,15 +31,15 @@ $(BIN)/dualca: $(GO_SOURCES)
 build: $(BIN)/dualca ## build bin/dualca
 
 .PHONY: test
-test: control-plane cert-manager ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
+test: control-plane cert-manager helm promtool ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls|chart|alerts|metrics)')
 
 .PHONY: test-e2e
-test-e2e: control-plane cert-manager ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
+test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
 	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: test-integration
@@ -46,8 +47,12 @@ test-integration: control-plane ## run the integration tests against the local c
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
 
 .PHONY: test-race
-test-race: control-plane cert-manager ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager helm promtool ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
+
+.PHONY: test-chart
+test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run it on a real API server
+	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
 
 .PHONY: fuzz
 fuzz: ## fuzz the PEM parser and root validation for FUZZTIME each (default 1m)
