@@ -181,7 +181,13 @@ func TestMetricsFollowARotation(t *testing.T) {
 	_, _ = io.Copy(body, resp.Body)
 	_ = resp.Body.Close()
 	g.Expect(body.String()).NotTo(ContainSubstring("BEGIN"), "no certificate or key material in the metrics")
-	t.Logf("dualca metrics served: %s", strings.Join(names, ", "))
+	var lines []string
+	for _, l := range strings.Split(body.String(), "\n") {
+		if strings.HasPrefix(l, "dualca_") && !strings.Contains(l, "_bucket{") {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("dualca's series in a scrape during the rotation:\n%s", strings.Join(lines, "\n"))
 }
 
 // valueOf returns the value of the series of fam whose labels include kv,
