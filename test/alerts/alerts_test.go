@@ -385,6 +385,26 @@ func TestRulesWatchTheirOwnRelease(t *testing.T) {
 	}
 }
 
+// TestRulesFollowTheScrapeJobOfASidecar: with dualca as a sidecar the
+// including chart names the scrape job; the rules select what they are told.
+func TestRulesFollowTheScrapeJobOfASidecar(t *testing.T) {
+	pr, _ := render(t, "edge", "--namespace", "gateways", "--set", "prometheusRule.enabled=true",
+		"--set", "deployment.enabled=false", "--set", "prometheusRule.job=istio-ingressgateway",
+		"--set", "prometheusRule.namespace=istio-system",
+		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=edge-root",
+		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=edge-gateway")
+	const sel = `{job="istio-ingressgateway", namespace="istio-system"`
+	alerts := pr.alerts()
+	if len(alerts) == 0 {
+		t.Fatal("no alert rendered")
+	}
+	for name, r := range alerts {
+		if !strings.Contains(r.Expr, sel) {
+			t.Errorf("%s does not select %s}:\n%s", name, sel, r.Expr)
+		}
+	}
+}
+
 func TestNoRuleUnlessEnabled(t *testing.T) {
 	base := []string{
 		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=agents-root-ca",
