@@ -23,18 +23,24 @@ func apiServer(t *testing.T) (kubeconfig string, requests *atomic.Int64) {
 		http.Error(w, "no", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(srv.Close)
-	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	return writeKubeconfig(t, srv.URL), requests
+}
+
+// writeKubeconfig points a kubeconfig file at server.
+func writeKubeconfig(t *testing.T, server string) string {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: %q}}]
 users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
-`, srv.URL)
+`, server)
 	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfig, requests
+	return kubeconfig
 }
 
 func TestABadFlagFailsBeforeAnyAPICall(t *testing.T) {
@@ -114,4 +120,29 @@ func TestStatusChecksItsFlagsFirst(t *testing.T) {
 		g.Expect(requests.Load()).To(BeNumerically(">", 0))
 		g.Expect(stdout.String()).To(BeEmpty())
 	})
+}
+
+// TestStatusReportsAMissingGatewayAsNeedingAttention goes through the whole
+// command against an API server that has no such Secret: the report says
+// so and the exit code is 1, in text and in JSON.
+func TestStatusReportsAMissingGatewayAsNeedingAttention(t *testing.T) {
+	g := NewWithT(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"message":"%s not found"}`, r.URL.Path)
+	}))
+	t.Cleanup(srv.Close)
+	kubeconfig := writeKubeconfig(t, srv.URL)
+
+	var stdout, stderr bytes.Buffer
+	code := status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--gateway-secret=agents/gw"}, &stdout, &stderr)
+	g.Expect(code).To(Equal(statusAttention), stderr.String())
+	g.Expect(stdout.String()).To(ContainSubstring("attention: gateway secret agents/gw does not exist"))
+
+	stdout.Reset()
+	code = status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--gateway-secret=agents/gw", "-o=json"}, &stdout, &stderr)
+	g.Expect(code).To(Equal(statusAttention))
+	g.Expect(stdout.String()).To(ContainSubstring(`"attention": [`))
+	g.Expect(stdout.String()).To(ContainSubstring(`"gateway": "agents/gw"`))
 }
