@@ -304,6 +304,8 @@ type monitor struct {
 	// propagation time. Not dualca's to prevent; the window is measured.
 	races    int
 	versions int
+	// history holds the annotations of every gateway version, in order.
+	history []map[string]string
 	// firsts records when something was first seen: "root <fp>",
 	// "phase <Phase> <root fp>", "server <fp>".
 	firsts map[string]time.Time
@@ -353,6 +355,7 @@ func (m *monitor) seen(s *corev1.Secret, deleted bool) {
 		}
 		m.gateway = s
 		m.versions++
+		m.history = append(m.history, maps.Clone(s.Annotations))
 		a := s.Annotations
 		first("bundle " + a[bundle.AnnotationRoot])
 		first("phase " + a[bundle.AnnotationPhase] + " " + a[bundle.AnnotationRoot])
@@ -400,6 +403,19 @@ func (m *monitor) check(now time.Time) {
 		}
 		m.violations = append(m.violations, fmt.Sprintf("gateway %s does not trust the root of client %s", m.gateway.ResourceVersion, name))
 	}
+}
+
+// firstGateway returns the annotations of the first gateway version that
+// satisfies match, nil if none did.
+func (m *monitor) firstGateway(match func(map[string]string) bool) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.history {
+		if match(a) {
+			return a
+		}
+	}
+	return nil
 }
 
 // result returns the gateway versions seen, the races (see monitor) and

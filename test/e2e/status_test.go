@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
@@ -61,11 +62,14 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	s.g.Expect(back.Roots).To(HaveLen(2))
 	s.g.Expect(back.Clients).To(Equal(report.Clients))
 
-	// A broken root Secret needs attention; the gateway is left as it is.
+	// A root Secret that is not usable needs attention. (A copy with a bad
+	// key: cert-manager would mend its own root Secret at once.)
+	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "broken-root"}, Type: corev1.SecretTypeTLS}
 	root := &corev1.Secret{}
 	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
-	root.Data["tls.key"] = []byte("not a key")
-	s.g.Expect(cl.Client.Update(s.ctx, root)).To(Succeed())
+	broken.Data = map[string][]byte{"tls.crt": root.Data["tls.crt"], "tls.key": []byte("not a key")}
+	s.g.Expect(cl.Client.Create(s.ctx, broken)).To(Succeed())
+	opts.RootSecret.Name = broken.Name
 	report, err := syncer.Status(s.ctx, cl.Client, opts, time.Now())
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(report.Root.Valid).To(BeFalse())
