@@ -83,6 +83,9 @@ type scenario struct {
 func newScenario(t *testing.T, clients int) *scenario {
 	t.Helper()
 	g := NewWithT(t)
+	// Generous by default: CI machines are slower and busier than this one.
+	g.SetDefaultEventuallyTimeout(30 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &scenario{t: t, g: g, ctx: ctx, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))}
 	if len(s.ns) > 50 {
