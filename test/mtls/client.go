@@ -80,15 +80,8 @@ type ClientStats struct {
 	// Summed over a Fleet they are the smallest and the largest of its
 	// clients.
 	ConsecutiveSuccesses, ConsecutiveFailures int
-	// Reloads counts the versions of the Secret loaded (the first included).
-	Reloads int
-	// LoadErrors counts the versions that could not be used; the last good
-	// one stayed in use.
-	LoadErrors int
-	// LastLoadError is the reason the last unusable version was refused.
-	LastLoadError string
-	// Deletions counts the times the Secret was deleted.
-	Deletions int
+	// Loads counts what became of the versions of the client's Secret.
+	Loads
 }
 
 // NewClient returns a client of the gateway at addr that uses the Secret
@@ -145,34 +138,22 @@ func (c *Client) Run(ctx context.Context) {
 func (c *Client) load(s *corev1.Secret) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s == nil {
-		c.stats.Deletions++
-		return
-	}
-	if cfg := c.current.Load(); cfg != nil && cfg.cred.version == s.ResourceVersion {
-		return
-	}
-	cred, err := parseCredential(s)
-	if err != nil {
-		c.stats.LoadErrors++
-		c.stats.LastLoadError = err.Error()
-		return
-	}
-	c.current.Store(&clientConfig{cred: cred, tls: &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		// The gateway is dialled by address, so there is no name to check;
-		// VerifyConnection does the chain verification instead.
-		InsecureSkipVerify: true,
-		VerifyConnection:   verifyGateway(cred.pool),
-		// Always send the certificate, even when the gateway's list of
-		// acceptable CAs does not name its issuer: the gateway must be the
-		// one that decides, as with a real agent.
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return &cred.pair, nil
-		},
-		// No ClientSessionCache: no resumption, every handshake verifies.
-	}})
-	c.stats.Reloads++
+	load(s, &c.current, func(cfg *clientConfig) string { return cfg.cred.version }, func(cred *credential) *clientConfig {
+		return &clientConfig{cred: cred, tls: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// The gateway is dialled by address, so there is no name to check;
+			// VerifyConnection does the chain verification instead.
+			InsecureSkipVerify: true,
+			VerifyConnection:   verifyGateway(cred.pool),
+			// Always send the certificate, even when the gateway's list of
+			// acceptable CAs does not name its issuer: the gateway must be the
+			// one that decides, as with a real agent.
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				return &cred.pair, nil
+			},
+			// No ClientSessionCache: no resumption, every handshake verifies.
+		}}
+	}, &c.stats.Loads)
 }
 
 // verifyGateway verifies the gateway's chain against roots: the leaf must

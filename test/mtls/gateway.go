@@ -58,16 +58,8 @@ type GatewayStats struct {
 	// Peers counts the accepted handshakes by the common name of the client
 	// certificate.
 	Peers map[string]int
-	// Reloads counts the versions of the Secret loaded (the first included).
-	Reloads int
-	// LoadErrors counts the versions that could not be used; the last good
-	// credential stayed in use.
-	LoadErrors int
-	// LastLoadError is the reason the last unusable version was refused.
-	LastLoadError string
-	// Deletions counts the times the Secret was deleted; the last good
-	// credential stayed in use.
-	Deletions int
+	// Loads counts what became of the versions of the gateway Secret.
+	Loads
 }
 
 // NewGateway returns a gateway that serves the Secret called name, read
@@ -142,29 +134,17 @@ func (g *Gateway) ClientCAs() []*x509.Certificate {
 func (g *Gateway) load(s *corev1.Secret) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if s == nil {
-		g.stats.Deletions++
-		return
-	}
-	if c := g.current.Load(); c != nil && c.cred.version == s.ResourceVersion {
-		return
-	}
-	cred, err := parseCredential(s)
-	if err != nil {
-		g.stats.LoadErrors++
-		g.stats.LastLoadError = err.Error()
-		return
-	}
-	g.current.Store(&gatewayConfig{cred: cred, tls: &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cred.pair},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    cred.pool,
-		// Every handshake is a full one, so every one verifies the client
-		// against the roots loaded at that moment.
-		SessionTicketsDisabled: true,
-	}})
-	g.stats.Reloads++
+	load(s, &g.current, func(c *gatewayConfig) string { return c.cred.version }, func(cred *credential) *gatewayConfig {
+		return &gatewayConfig{cred: cred, tls: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{cred.pair},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    cred.pool,
+			// Every handshake is a full one, so every one verifies the client
+			// against the roots loaded at that moment.
+			SessionTicketsDisabled: true,
+		}}
+	}, &g.stats.Loads)
 }
 
 func (g *Gateway) serve(ctx context.Context) {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	certutil "k8s.io/client-go/util/cert"
@@ -72,6 +73,43 @@ func parseCredential(s *corev1.Secret) (*credential, error) {
 		pool.AddCert(c)
 	}
 	return &credential{version: s.ResourceVersion, pair: pair, chain: chain, cas: cas, pool: pool}, nil
+}
+
+// Loads counts what became of the versions of a Secret that a gateway or a
+// client follows.
+type Loads struct {
+	// Reloads counts the versions loaded (the first included).
+	Reloads int
+	// LoadErrors counts the versions that could not be used; the last good
+	// credential stayed in use.
+	LoadErrors int
+	// LastLoadError is the reason the last unusable version was refused.
+	LastLoadError string
+	// Deletions counts the times the Secret was deleted; the last good
+	// credential stayed in use.
+	Deletions int
+}
+
+// load takes version s of a Secret into use through current, unless it is
+// the version in use (as version tells): build makes the TLS config for its
+// credential. A deleted or unusable version leaves the last good one in
+// use. It counts into loads; the caller holds the lock guarding them.
+func load[T any](s *corev1.Secret, current *atomic.Pointer[T], version func(*T) string, build func(*credential) *T, loads *Loads) {
+	if s == nil {
+		loads.Deletions++
+		return
+	}
+	if c := current.Load(); c != nil && version(c) == s.ResourceVersion {
+		return
+	}
+	cred, err := parseCredential(s)
+	if err != nil {
+		loads.LoadErrors++
+		loads.LastLoadError = err.Error()
+		return
+	}
+	current.Store(build(cred))
+	loads.Reloads++
 }
 
 // addrPattern matches IPv4 socket addresses, which differ on every
