@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,13 +21,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/e2e/cluster"
 	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/run"
 )
 
 // The end-to-end tests run everything for real: kube-apiserver and etcd,
@@ -74,7 +72,7 @@ type scenario struct {
 	clients []string
 	ctx     context.Context
 
-	dualca  *dualcaProcess
+	dualca  *run.Dualca
 	gateway *mtls.Gateway
 	fleet   *mtls.Fleet
 	watch   *monitor
@@ -108,12 +106,7 @@ func newScenario(t *testing.T, clients int) *scenario {
 		if s.gateway != nil {
 			s.gateway.Wait()
 		}
-		if s.dualca != nil {
-			s.dualca.wait()
-			if t.Failed() {
-				t.Logf("dualca log:\n%s", s.dualca.log())
-			}
-		}
+		// dualca stops, and shows its log on failure, through run.Start.
 	})
 	return s
 }
@@ -145,9 +138,9 @@ func (s *scenario) startDualca(o flags.Options) {
 func (s *scenario) startDualcaAs(cfg *rest.Config, o flags.Options) {
 	s.t.Helper()
 	if s.dualca != nil {
-		s.dualca.stop()
+		s.dualca.Stop()
 	}
-	s.dualca = startDualca(s.ctx, s.t, cfg, o)
+	s.dualca = run.Start(s.ctx, s.t, cfg, syncer.Config{Options: o})
 }
 
 // startTraffic starts the gateway on the gateway Secret and every client
@@ -225,7 +218,7 @@ func (s *scenario) waitPhase(root *x509.Certificate, phase bundle.Phase) {
 func (s *scenario) report(what string) (attempts, failures int) {
 	f, gw := s.fleet.Stats(), s.gateway.Stats()
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; renewals %v",
-		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, s.dualca.renewals())
+		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, s.dualca.R.Renewals())
 	if f.Total.Failures > 0 {
 		s.t.Logf("%s: client errors %v; gateway errors %v", what, f.Total.Errors, gw.Errors)
 	}
@@ -238,55 +231,6 @@ func fingerprints(cs []*x509.Certificate) []string {
 		out[i] = bundle.Fingerprint(c)
 	}
 	return out
-}
-
-// dualcaProcess is dualca's manager running in this process.
-type dualcaProcess struct {
-	r      *syncer.Reconciler
-	cancel context.CancelFunc
-	done   chan struct{}
-	logs   *syncBuffer
-}
-
-func startDualca(ctx context.Context, t *testing.T, cfg *rest.Config, o flags.Options) *dualcaProcess {
-	t.Helper()
-	logs := &syncBuffer{}
-	logger := ctrlzap.New(ctrlzap.WriteTo(logs), ctrlzap.Level(zapcore.InfoLevel))
-	mgr, r, err := syncer.NewManager(cfg, syncer.Config{Options: o, Logger: logger})
-	if err != nil {
-		t.Fatalf("creating dualca: %v", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	p := &dualcaProcess{r: r, cancel: cancel, done: make(chan struct{}), logs: logs}
-	go func() {
-		defer close(p.done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("dualca stopped: %v", err)
-		}
-	}()
-	return p
-}
-
-func (p *dualcaProcess) stop()                    { p.cancel(); <-p.done }
-func (p *dualcaProcess) wait()                    { <-p.done }
-func (p *dualcaProcess) log() string              { return p.logs.String() }
-func (p *dualcaProcess) renewals() map[string]int { return p.r.Renewals() }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // monitor watches every Secret of the namespace through one informer, so

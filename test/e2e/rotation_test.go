@@ -97,7 +97,7 @@ func TestLegacyRotationsCutClientsOffAndConverge(t *testing.T) {
 	attempts, failures := s.report("legacy, 3 rotations")
 	s.g.Expect(attempts).To(BeNumerically(">", 20*clients))
 	s.g.Expect(failures).To(BeNumerically(">", 0), "the legacy strategy cuts clients off at each rotation")
-	s.g.Expect(s.dualca.renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)),
+	s.g.Expect(s.dualca.R.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)),
 		"client Secrets were deleted for re-issuance")
 }
 
@@ -263,7 +263,7 @@ func eventReasons(s *scenario) ([]string, error) {
 // Secrets without their private key.
 func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
 	s.t.Helper()
-	caches := s.dualca.r.Caches()
+	caches := s.dualca.R.Caches()
 	c := caches[len(caches)-1] // the client cache comes last
 	var crts cmapi.CertificateList
 	s.g.Expect(c.List(s.ctx, &crts)).To(Succeed())

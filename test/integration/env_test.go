@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
+	dualcarun "github.com/dualca/dualca/test/run"
 )
 
 var nsCounter atomic.Int64
@@ -83,8 +81,6 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (s *setup) start(cfg syncer.Config) *dualca {
 	s.t.Helper()
-	logs := &syncBuffer{}
-	cfg.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(logs))
 	// Count dualca's writes to Secrets at the transport: a write that
 	// changes nothing leaves no trace on the API server's side.
 	writes := &atomic.Int64{}
@@ -97,31 +93,8 @@ func (s *setup) start(cfg syncer.Config) *dualca {
 			return rt.RoundTrip(req)
 		})
 	}
-	mgr, r, err := syncer.NewManager(rc, cfg)
-	s.g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	d := &dualca{r: r, writes: writes.Load, stop: func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				s.t.Errorf("manager stopped with an error: %v", err)
-			}
-		})
-	}}
-	s.t.Cleanup(func() {
-		d.stop()
-		// Secrets stay secret: no PEM, not even a line of one, in the log.
-		if strings.Contains(logs.String(), "-----BEGIN") || strings.Contains(logs.String(), "MIIB") {
-			s.t.Errorf("the log contains certificate or key material")
-		}
-		if s.t.Failed() {
-			s.t.Logf("dualca log:\n%s", logs.String())
-		}
-	})
-	return d
+	d := dualcarun.Start(context.Background(), s.t, rc, cfg)
+	return &dualca{r: d.R, writes: writes.Load, stop: d.Stop}
 }
 
 // startOnFirstRoot writes root-1, starts dualca and waits until the gateway
@@ -133,24 +106,6 @@ func (s *setup) startOnFirstRoot(cfg syncer.Config) (*dualca, *certs.CA) {
 	d := s.start(cfg)
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
 	return d, r1
-}
-
-// syncBuffer collects the manager's log, shown when the test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newRoot makes a root CA as cert-manager's self-signed issuer would. Each
