@@ -54,6 +54,14 @@ type Reconciler struct {
 	roots rootWatch
 	// elected is closed once this replica leads; nil without leader election.
 	elected <-chan struct{}
+	// rootCache and gatewayCache are the single-object caches, read between
+	// polls (see source); nil when watches are disabled.
+	rootCache, gatewayCache client.Reader
+	// lastPoll is when root and gateway were last read from the API server.
+	lastPoll time.Time
+	// gatewayRV is the gateway's resourceVersion as last read from the API
+	// server or written; "" when it was absent.
+	gatewayRV string
 }
 
 // progressEvery bounds how often a change of the client progress alone is
@@ -71,15 +79,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		clients bundle.Clients
 		rootFP  string
 	)
+	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		root, rootObj, err := r.readRoot(ctx)
+		rootReader, gatewayReader := r.source(attempt)
+		attempt++
+		root, rootObj, err := r.readRoot(ctx, rootReader)
 		if err != nil {
 			return r.reportInvalid(ctx, rootObj, err)
 		}
 		rootValid.Set(1)
 		rootFP = root.Fingerprint
 		r.roots.saw(rootFP, r.cfg.Clock.Now())
-		current, gw, err := r.readGateway(ctx)
+		current, gw, err := r.readGateway(ctx, gatewayReader)
 		if err != nil {
 			return err
 		}
@@ -211,13 +222,33 @@ func clientCount(n int) string {
 	return fmt.Sprintf("%d clients", n)
 }
 
-// readRoot returns the validated root. Any reason the root cannot be used
-// is an *bundle.InvalidError; the Secret is returned when it exists, so an
-// event can point at it.
-func (r *Reconciler) readRoot(ctx context.Context) (*bundle.Root, *corev1.Secret, error) {
+// source returns where this reconcile reads the root and the gateway.
+//
+// The poll, and every retry after a conflict, reads both from the API
+// server: that is what repairs a lost or stalled watch. A reconcile between
+// polls was started by an event of the single-object caches or by a delay
+// ending, and reads the caches, which saves two requests on the propagation
+// path and for every client event of a fan-out. A stale cache cannot do
+// harm: the root cache is the very source of the root's events (a newer
+// root arrives as its own event), and a gateway cached at another version
+// than the one dualca last read or wrote is read again from the API server;
+// a write decided from a gateway that changed meanwhile fails on its
+// resourceVersion and is retried fresh.
+func (r *Reconciler) source(attempt int) (root, gateway client.Reader) {
+	if r.rootCache == nil || attempt > 0 || time.Since(r.lastPoll) >= r.cfg.PollInterval*9/10 {
+		r.lastPoll = time.Now()
+		return r.reader, r.reader
+	}
+	return r.rootCache, r.gatewayCache
+}
+
+// readRoot returns the validated root, read through from. Any reason the
+// root cannot be used is an *bundle.InvalidError; the Secret is returned
+// when it exists, so an event can point at it.
+func (r *Reconciler) readRoot(ctx context.Context, from client.Reader) (*bundle.Root, *corev1.Secret, error) {
 	key := r.cfg.RootSecret
 	s := &corev1.Secret{}
-	if err := r.reader.Get(ctx, key, s); err != nil {
+	if err := from.Get(ctx, key, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil, &bundle.InvalidError{Reason: "root secret " + key.String() + " not found"}
 		}
@@ -230,15 +261,24 @@ func (r *Reconciler) readRoot(ctx context.Context) (*bundle.Root, *corev1.Secret
 	return root, s, err
 }
 
-// readGateway returns the gateway Secret (nil when absent) and what it holds.
-func (r *Reconciler) readGateway(ctx context.Context) (*corev1.Secret, bundle.Gateway, error) {
+// readGateway returns the gateway Secret (nil when absent) and what it
+// holds, read through from; a cached copy at another version than the one
+// dualca knows is read again from the API server.
+func (r *Reconciler) readGateway(ctx context.Context, from client.Reader) (*corev1.Secret, bundle.Gateway, error) {
 	s := &corev1.Secret{}
-	if err := r.reader.Get(ctx, r.cfg.GatewaySecret, s); err != nil {
+	err := from.Get(ctx, r.cfg.GatewaySecret, s)
+	if from != r.reader && (client.IgnoreNotFound(err) != nil || s.ResourceVersion != r.gatewayRV) {
+		s = &corev1.Secret{}
+		err = r.reader.Get(ctx, r.cfg.GatewaySecret, s)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
+			r.gatewayRV = ""
 			return nil, bundle.Gateway{}, nil
 		}
 		return nil, bundle.Gateway{}, fmt.Errorf("reading gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
+	r.gatewayRV = s.ResourceVersion
 	return s, bundle.Gateway{
 		Exists:  true,
 		CertPEM: s.Data[corev1.TLSCertKey],
@@ -276,7 +316,7 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 			}
 			return nil, false, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 		}
-		r.lastWrite = r.cfg.Clock.Now()
+		r.lastWrite, r.gatewayRV = r.cfg.Clock.Now(), desired.ResourceVersion
 		return desired, true, nil
 	}
 	if unchanged(current, desired) {
@@ -294,7 +334,7 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 		}
 		return nil, false, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
-	r.lastWrite = r.cfg.Clock.Now()
+	r.lastWrite, r.gatewayRV = r.cfg.Clock.Now(), desired.ResourceVersion
 	return desired, true, nil
 }
 

@@ -36,7 +36,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}).
 		WatchesRawSource(kick{req: r.request()})
 
-	for _, key := range []types.NamespacedName{r.cfg.RootSecret, r.cfg.GatewaySecret} {
+	for i, key := range []types.NamespacedName{r.cfg.RootSecret, r.cfg.GatewaySecret} {
 		c, err := singleObjectCache(mgr, key)
 		if err != nil {
 			return err
@@ -47,6 +47,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		if r.cfg.DisableWatches {
 			continue
+		}
+		// Reconciles between polls read these caches (Reconciler.source).
+		if i == 0 {
+			r.rootCache = c
+		} else {
+			r.gatewayCache = c
 		}
 		b = b.WatchesRawSource(source.Kind(c, &corev1.Secret{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Secret) []reconcile.Request {

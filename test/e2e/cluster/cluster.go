@@ -54,6 +54,14 @@ type Options struct {
 	ClientDuration time.Duration
 	// Timeout bounds each wait for cert-manager. Default: 30s.
 	Timeout time.Duration
+	// WithoutCertManager serves cert-manager's CRDs but runs no controller:
+	// for measuring what dualca alone does to thousands of Certificates.
+	WithoutCertManager bool
+	// NoSignalHandler leaves SIGINT and SIGTERM to the caller, which must
+	// then stop the cluster itself. By default they stop every running
+	// cluster and end the process (see signals.go): right for a test binary,
+	// but a program with children of its own (the demo) stops those first.
+	NoSignalHandler bool
 }
 
 // Cluster is a running control plane with cert-manager.
@@ -152,7 +160,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		err = errors.Join(err, c.Stop())
 	}()
-	track(c)
+	if !opts.NoSignalHandler {
+		track(c)
+	}
 	if c.RESTConfig, err = c.env.Start(); err != nil {
 		return c, fmt.Errorf("starting the control plane from %s (run `make control-plane`): %w", opts.AssetsDir, err)
 	}
@@ -165,6 +175,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if c.Client, err = client.New(c.RESTConfig, client.Options{Scheme: scheme}); err != nil {
 		return c, err
+	}
+	if opts.WithoutCertManager {
+		return c, nil
 	}
 	return c, c.StartCertManager(ctx)
 }

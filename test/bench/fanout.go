@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/test/certs"
+)
+
+// fanOut selects thousands of client Certificates, all on the old root,
+// rotates the root and times how dualca triggers their re-issuance at the
+// configured rate. No cert-manager runs: what is measured is the trigger
+// path, each Certificate's Issuing condition as dualca sets it.
+func (b *bench) fanOut(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := b.opts.fanout
+	w, err := b.newWorld(ctx, "fanout")
+	if err != nil {
+		return err
+	}
+	r1, err := newRoot("fanout-root-1")
+	if err != nil {
+		return err
+	}
+	r2, err := newRoot("fanout-root-2")
+	if err != nil {
+		return err
+	}
+	if _, err := w.writeRoot(ctx, r1); err != nil {
+		return err
+	}
+	began := time.Now()
+	if err := b.createClients(ctx, w.ns, r1, n); err != nil {
+		return err
+	}
+	b.log("created %d client Certificates and Secrets in %s", n, time.Since(began).Round(time.Second))
+	if err := w.watchGateway(ctx); err != nil {
+		return err
+	}
+	triggered, err := b.watchIssuing(ctx, w.ns)
+	if err != nil {
+		return err
+	}
+	p, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent",
+		"--client-namespaces="+w.ns, fmt.Sprintf("--renewal-qps=%g", b.opts.qps), fmt.Sprintf("--renewal-burst=%d", b.opts.burst),
+		"--trust-propagation-delay=100ms", "--server-switch-grace=1h")
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	if _, err := w.gw.steadyOn(ctx, 0, r1); err != nil {
+		return err
+	}
+	rates := b.sampleRequestRate(ctx)
+	mark := w.gw.mark()
+	rotated, err := w.writeRoot(ctx, r2)
+	if err != nil {
+		return err
+	}
+	if _, err := w.gw.holds(ctx, mark, r2); err != nil {
+		return err
+	}
+	ideal := time.Duration(float64(n) / b.opts.qps * float64(time.Second))
+	if err := triggered.waitAll(ctx, n, 2*ideal+time.Minute); err != nil {
+		return err
+	}
+	// One more second of request rates, for the tail.
+	time.Sleep(time.Second)
+	cancelRates := rates.stop()
+	metrics, err := p.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	first, last := triggered.span()
+	b.report.fanout = fanoutResult{
+		clients: n, qps: b.opts.qps, burst: b.opts.burst,
+		toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
+		peakRate: cancelRates.peak, meanRate: cancelRates.mean(first, last),
+		renewals: metricLines(metrics, "dualca_renewals_total"),
+	}
+	b.log("fan-out: %d triggered in %s (ideal %s), API server peak %.0f req/s", n, last.Sub(first).Round(time.Millisecond), ideal, cancelRates.peak)
+	return nil
+}
+
+// createClients creates n selected Certificates, each with a Secret as
+// cert-manager writes it: a leaf from root, ca.crt holding root.
+func (b *bench) createClients(ctx context.Context, ns string, root *certs.CA, n int) error {
+	now := time.Now()
+	leaf, err := certs.New("client", now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{}, root)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range n {
+		g.Go(func() error {
+			name := fmt.Sprintf("client-%04d", i)
+			crt := &cmapi.Certificate{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"bench.dualca.io/client": "agent"}},
+				Spec: cmapi.CertificateSpec{CommonName: name, SecretName: name,
+					IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
+			}
+			if err := b.cluster.Client.Create(ctx, crt); err != nil {
+				return err
+			}
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
+				Type:       corev1.SecretTypeTLS,
+				Data:       map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM},
+			}
+			return b.cluster.Client.Create(ctx, s)
+		})
+	}
+	return g.Wait()
+}
+
+// issuingWatch records when each Certificate first had Issuing=True.
+type issuingWatch struct {
+	mu      sync.Mutex
+	at      map[string]time.Time
+	changed chan struct{}
+}
+
+func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, error) {
+	wc, err := client.NewWithWatch(b.cluster.RESTConfig, client.Options{Scheme: b.cluster.Client.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	iw := &issuingWatch{at: map[string]time.Time{}, changed: make(chan struct{})}
+	go func() {
+		defer wi.Stop()
+		for e := range wi.ResultChan() {
+			crt, ok := e.Object.(*cmapi.Certificate)
+			if !ok || e.Type == watch.Deleted {
+				continue
+			}
+			for _, c := range crt.Status.Conditions {
+				if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+					iw.saw(crt.Name, time.Now())
+				}
+			}
+		}
+	}()
+	return iw, nil
+}
+
+func (iw *issuingWatch) saw(name string, at time.Time) {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	if _, ok := iw.at[name]; !ok {
+		iw.at[name] = at
+		close(iw.changed)
+		iw.changed = make(chan struct{})
+	}
+}
+
+func (iw *issuingWatch) waitAll(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		iw.mu.Lock()
+		got, changed := len(iw.at), iw.changed
+		iw.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return fmt.Errorf("%d of %d certificates triggered within %s", got, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (iw *issuingWatch) span() (first, last time.Time) {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	for _, t := range iw.at {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	return first, last
+}
+
+// rateSampler reads the API server's own request counter every second.
+type rateSampler struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	samples []rateSample
+	peak    float64
+}
+
+type rateSample struct {
+	at    time.Time
+	total float64
+}
+
+func (b *bench) sampleRequestRate(ctx context.Context) *rateSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &rateSampler{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if total, err := b.apiserverRequests(ctx); err == nil {
+				r.samples = append(r.samples, rateSample{at: time.Now(), total: total})
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the sampling and computes the peak rate.
+func (r *rateSampler) stop() *rateSampler {
+	r.cancel()
+	<-r.done
+	for i := 1; i < len(r.samples); i++ {
+		a, z := r.samples[i-1], r.samples[i]
+		if rate := (z.total - a.total) / z.at.Sub(a.at).Seconds(); rate > r.peak {
+			r.peak = rate
+		}
+	}
+	return r
+}
+
+// mean is the average request rate between two moments.
+func (r *rateSampler) mean(from, to time.Time) float64 {
+	var a, z *rateSample
+	for i := range r.samples {
+		s := &r.samples[i]
+		if a == nil && !s.at.Before(from.Add(-time.Second)) {
+			a = s
+		}
+		if !s.at.After(to.Add(time.Second)) {
+			z = s
+		}
+	}
+	if a == nil || z == nil || !z.at.After(a.at) {
+		return 0
+	}
+	return (z.total - a.total) / z.at.Sub(a.at).Seconds()
+}
+
+// apiserverRequests is the sum of apiserver_request_total: every request
+// the API server has served, from anyone.
+func (b *bench) apiserverRequests(ctx context.Context) (float64, error) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	s := bufio.NewScanner(strings.NewReader(string(raw)))
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			total += v
+		}
+	}
+	return total, nil
+}
+
+// metricLines are the lines of a scrape for one metric family.
+func metricLines(scrape, name string) []string {
+	var out []string
+	for line := range strings.SplitSeq(scrape, "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// fanoutResult is the renewal fan-out measurement.
+type fanoutResult struct {
+	clients  int
+	qps      float64
+	burst    int
+	toFirst  time.Duration // root write → first trigger
+	total    time.Duration // first → last trigger
+	ideal    time.Duration // clients / qps
+	peakRate float64       // API server requests/s, highest 1 s window
+	meanRate float64       // over the fan-out
+	renewals []string
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// process is a child of the benchmark: dualca or the baseline. It dies with
+// the benchmark (Pdeathsig), so an interrupted run leaves nothing behind.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	log    syncBuffer
+	exited chan struct{}
+	// metrics is the address of its metrics endpoint, "" when it has none.
+	metrics string
+}
+
+// startProcess runs path with args.
+func startProcess(name, path string, args ...string) (*process, error) {
+	p := &process{name: name, cmd: exec.Command(path, args...), exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// startDualca runs the dualca binary against the cluster with args added to
+// the kubeconfig and a metrics endpoint of its own.
+func (b *bench) startDualca(args ...string) (*process, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	all := append([]string{"--kubeconfig=" + b.cluster.Kubeconfig, "--metrics-bind-address=" + addr,
+		"--health-probe-bind-address=0", "--zap-log-level=error"}, args...)
+	p, err := startProcess("dualca", b.dualca, all...)
+	if err != nil {
+		return nil, err
+	}
+	p.metrics = addr
+	return p, nil
+}
+
+// stop ends the process with SIGTERM, and SIGKILL after 10 s.
+func (p *process) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// alive fails when the process ended before it was told to.
+func (p *process) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited early: %s\n%s", p.name, p.cmd.ProcessState, tailOf(p.log.String(), 20))
+	default:
+		return nil
+	}
+}
+
+// rss is the process's resident set size in bytes, from /proc.
+func (p *process) rss() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// scrape returns the text of the process's metrics endpoint.
+func (p *process) scrape(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(resp.Body)
+	return b.String(), err
+}
+
+// waitMetrics waits until the metrics endpoint answers.
+func (p *process) waitMetrics(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
+		}
+		_, err := p.scrape(ctx)
+		return err == nil, nil
+	})
+}
+
+// syncBuffer is a buffer the process writes to while the benchmark reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tailOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

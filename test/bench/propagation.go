@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dualca/dualca/test/certs"
+)
+
+// propagation rotates the root again and again under the dualca binary and
+// times each change from the moment the root write is sent until the
+// benchmark's own watch delivers a gateway Secret naming the new root. That
+// is what the gateway itself would wait: it includes the root's write, the
+// watch delivery to dualca, dualca's reads, decision and write, and the
+// watch delivery of the result.
+func (b *bench) propagation(ctx context.Context) error {
+	for run := range b.opts.runs {
+		samples, err := b.propagationRun(ctx, run)
+		if err != nil {
+			return err
+		}
+		b.report.propagation = append(b.report.propagation, samples)
+		b.log("propagation run %d: %s", run+1, summarize(samples))
+	}
+	return nil
+}
+
+func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := b.newWorld(ctx, fmt.Sprintf("propagation-%d", run))
+	if err != nil {
+		return nil, err
+	}
+	// Keys are made before the clock starts: cert-manager makes them, not dualca.
+	roots := make([]*certs.CA, b.opts.rotations+1)
+	for i := range roots {
+		if roots[i], err = newRoot(fmt.Sprintf("bench-root-%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := w.writeRoot(ctx, roots[0]); err != nil {
+		return nil, err
+	}
+	if err := w.watchGateway(ctx); err != nil {
+		return nil, err
+	}
+	// Client tracking on, with no client selected: each rotation completes
+	// (switch and retirement) after the short delay, so the bundle holds
+	// the one or two roots it holds in production, not hundreds.
+	p, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
+		"--trust-propagation-delay=20ms", "--server-switch-grace=1h")
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	if _, err := w.gw.steadyOn(ctx, 0, roots[0]); err != nil {
+		return nil, err
+	}
+	samples := make([]time.Duration, 0, b.opts.rotations)
+	for i := 1; i <= b.opts.rotations; i++ {
+		// A random pause, so rotations do not fall in step with anything.
+		time.Sleep(rand.N(20 * time.Millisecond))
+		mark := w.gw.mark()
+		sent, err := w.writeRoot(ctx, roots[i])
+		if err != nil {
+			return nil, err
+		}
+		v, err := w.gw.holds(ctx, mark, roots[i])
+		if err != nil {
+			return nil, fmt.Errorf("rotation %d: %w", i, err)
+		}
+		samples = append(samples, v.at.Sub(sent))
+		if _, err := w.gw.steadyOn(ctx, mark, roots[i]); err != nil {
+			return nil, fmt.Errorf("rotation %d: %w", i, err)
+		}
+	}
+	if err := p.alive(); err != nil {
+		return nil, err
+	}
+	metrics, err := p.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.report.dualcaHistogram = histogramSummary(metrics, "dualca_propagation_seconds")
+	return samples, nil
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// quantile is the q-quantile of sorted samples (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// distribution sums up samples.
+type distribution struct {
+	n                  int
+	p50, p90, p99, max time.Duration
+}
+
+func distributionOf(samples []time.Duration) distribution {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	d := distribution{n: len(s), p50: quantile(s, .5), p90: quantile(s, .9), p99: quantile(s, .99)}
+	if len(s) > 0 {
+		d.max = s[len(s)-1]
+	}
+	return d
+}
+
+func pooled(runs [][]time.Duration) []time.Duration {
+	var all []time.Duration
+	for _, r := range runs {
+		all = append(all, r...)
+	}
+	return all
+}
+
+func summarize(samples []time.Duration) string {
+	d := distributionOf(samples)
+	return fmt.Sprintf("n=%d p50=%s p90=%s p99=%s max=%s", d.n, ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max))
+}
+
+// ms formats a duration in milliseconds, to a tenth.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// spread is "median (min–max)" of per-run values.
+func spread(values []float64, format func(float64) string) string {
+	if len(values) == 0 {
+		return "–"
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	if len(s) == 1 {
+		return format(s[0])
+	}
+	return fmt.Sprintf("%s (%s – %s)", format(s[len(s)/2]), format(s[0]), format(s[len(s)-1]))
+}
+
+func msf(v float64) string  { return fmt.Sprintf("%.1f ms", v) }
+func mibf(v float64) string { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
+
+// perRun applies f to each run's distribution.
+func perRun(runs [][]time.Duration, f func(distribution) time.Duration) []float64 {
+	var out []float64
+	for _, r := range runs {
+		out = append(out, float64(f(distributionOf(r)))/float64(time.Millisecond))
+	}
+	return out
+}
+
+// histogramSummary reads a Prometheus histogram's count and mean from a
+// scrape.
+func histogramSummary(scrape, name string) string {
+	var sum, count float64
+	for line := range strings.SplitSeq(scrape, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[1], 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case name + "_sum":
+			sum = v
+		case name + "_count":
+			count = v
+		}
+	}
+	if count == 0 {
+		return "no observations"
+	}
+	return fmt.Sprintf("%.0f observations, mean %.1f ms", count, sum/count*1000)
+}
