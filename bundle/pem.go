@@ -251,12 +251,13 @@ func keyAlgorithm(pub crypto.PublicKey) string {
 // keyMismatch returns "" when key is the private key of c, else why not.
 func keyMismatch(c *x509.Certificate, key crypto.Signer) string {
 	pub := key.Public()
-	if ka, ca := keyAlgorithm(pub), keyAlgorithm(c.PublicKey); ka != ca {
+	ka, ca := keyAlgorithm(pub), keyAlgorithm(c.PublicKey)
+	if ka != ca {
 		return fmt.Sprintf("private key is %s but the certificate's public key is %s", ka, ca)
 	}
 	eq, ok := pub.(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !eq.Equal(c.PublicKey) {
-		return "private key does not match the certificate"
+		return fmt.Sprintf("%s private key does not match the certificate", ka)
 	}
 	return ""
 }

@@ -207,7 +207,7 @@ func TestValidateRoot(t *testing.T) {
 		},
 		"a key of the same type that belongs to another root does not match": {
 			cert: ecRoot.CertPEM, key: otherEC.KeyPEM,
-			wantField: "tls.key", wantReason: "private key does not match the certificate",
+			wantField: "tls.key", wantReason: "ECDSA private key does not match the certificate",
 		},
 		"a key of another type does not match and says so": {
 			cert: ecRoot.CertPEM, key: rsaRoot.KeyPEM,

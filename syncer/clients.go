@@ -90,6 +90,8 @@ type clientView struct {
 	cert     *cmapi.Certificate
 	secret   *corev1.Secret // nil when missing
 	inFlight bool           // cert-manager is issuing it now
+	// problem says why the client's Secret cannot be used; "" when it can.
+	problem string
 }
 
 // clientTracker reads the selected clients from the cache and remembers the
@@ -104,9 +106,10 @@ type clientTracker struct {
 }
 
 type parsedSecret struct {
-	sum  [sha256.Size]byte
-	leaf *x509.Certificate
-	ca   []*x509.Certificate
+	sum     [sha256.Size]byte
+	leaf    *x509.Certificate
+	ca      []*x509.Certificate
+	problem string
 }
 
 // read returns what the decision needs to know of the selected clients, and
@@ -140,9 +143,11 @@ func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]cl
 			c := bundle.Client{Name: name, Failed: failed(crt)}
 			if s, ok := byName[crt.Spec.SecretName]; ok {
 				v.secret = s
-				p := t.parse(s)
 				seen[s.UID] = true
-				c.Leaf, c.CA = p.leaf, p.ca
+				if v.problem = foreign(crt, s); v.problem == "" {
+					p := t.parse(s)
+					c.Leaf, c.CA, v.problem = p.leaf, p.ca, p.problem
+				}
 			}
 			views[name] = v
 			out.Items = append(out.Items, c)
@@ -156,6 +161,19 @@ func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]cl
 	}
 	t.mu.Unlock()
 	return out, views, nil
+}
+
+// foreign says why s, found under crt's secretName, is not crt's to use:
+// a Secret of another type, or one cert-manager wrote for another
+// Certificate. Its content then says nothing about crt's client.
+func foreign(crt *cmapi.Certificate, s *corev1.Secret) string {
+	if s.Type != corev1.SecretTypeTLS {
+		return fmt.Sprintf("secret %s has type %q, want %q", s.Name, s.Type, corev1.SecretTypeTLS)
+	}
+	if owner, ok := s.Annotations[cmapi.CertificateNameKey]; ok && owner != crt.Name {
+		return fmt.Sprintf("secret %s was issued for Certificate %q", s.Name, owner)
+	}
+	return ""
 }
 
 // parse reads a client Secret's leaf and ca.crt. Damaged data reads as no
@@ -173,12 +191,7 @@ func (t *clientTracker) parse(s *corev1.Secret) parsedSecret {
 		return p
 	}
 	p := parsedSecret{sum: sum}
-	if certs, err := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey]); err == nil && !certs[0].IsCA {
-		p.leaf = certs[0]
-	}
-	if certs, err := bundle.ParseCertificates(caKey, s.Data[caKey]); err == nil {
-		p.ca = certs
-	}
+	p.leaf, p.ca, p.problem = bundle.ParseClient(s.Data[corev1.TLSCertKey], s.Data[caKey])
 	if t.parsed == nil {
 		t.parsed = map[types.UID]parsedSecret{}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,9 @@ type Reconciler struct {
 	// gatewayRV is the gateway's resourceVersion as last read from the API
 	// server or written; "" when it was absent.
 	gatewayRV string
+	// clientProblems are the problems last reported, by client, so that a
+	// client Secret that stays broken is reported once.
+	clientProblems map[string]string
 }
 
 // progressEvery bounds how often a change of the client progress alone is
@@ -121,6 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	for _, e := range d.Events {
 		r.event(gateway, e)
 	}
+	r.reportClients(ctx, gateway, views)
 	// Renewals follow the decision only once it is written: the gateway
 	// trusts the new root before any client is moved to it.
 	if r.renewer != nil {
@@ -129,6 +134,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 	}
 	return reconcile.Result{RequeueAfter: r.requeueAfter(d)}, nil
+}
+
+// reportClients tells, once per client and problem, which selected client
+// Secrets cannot be read: a Warning event on the gateway Secret (where
+// dualca may write events, and where operators look) and a log line. Such
+// a client counts as on no root, so a rotation renews it and its old root
+// is not kept for it.
+func (r *Reconciler) reportClients(ctx context.Context, gateway *corev1.Secret, views map[string]clientView) {
+	if r.clientProblems == nil {
+		r.clientProblems = map[string]string{}
+	}
+	for name := range r.clientProblems {
+		if views[name].problem == "" {
+			delete(r.clientProblems, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(views)) {
+		problem := views[name].problem
+		if problem == "" || r.clientProblems[name] == problem {
+			continue
+		}
+		r.clientProblems[name] = problem
+		logf.FromContext(ctx).Info("client secret unusable", "client", name, "reason", problem)
+		// The Secret is the related object: the events API folds events
+		// that differ only in their note into one series, and the Secret's
+		// reference (its resourceVersion included) tells clients and
+		// versions of a Secret apart.
+		var related runtime.Object
+		if secret := views[name].secret; secret != nil {
+			related = secret
+		}
+		r.recorder.Eventf(gateway, related, corev1.EventTypeWarning, bundle.ReasonClientInvalid, "Sync",
+			"client %s: %s; it counts as on no root until cert-manager writes its secret again", name, problem)
+	}
 }
 
 // countError counts a failed reconcile by reason and, when a valid root

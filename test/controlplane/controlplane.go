@@ -5,8 +5,11 @@ package controlplane
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Assets is the directory holding kube-apiserver and etcd, for
@@ -40,4 +43,19 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// CertManagerCRDs is the directory of cert-manager's CRDs: deploy/crds of
+// the cert-manager module that the repository's go.mod requires, which the
+// module cache holds already since dualca imports its API types.
+func CertManagerCRDs() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("go", "-C", root, "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the cert-manager module: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
 }

@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,11 @@ func badRoots(t *testing.T, good *certs.CA) []badRoot {
 	_, _ = rand.Read(junk)
 	withHeaders := bytes.Replace(good.CertPEM, []byte("-----\n"), []byte("-----\nProc-Type: 4,ENCRYPTED\n\n"), 1)
 	huge := bytes.Repeat(good.CertPEM, (bundle.MaxPEMBytes/len(good.CertPEM))+1)
+	rsaRoot := certs.MustNew(t, "rsa-root", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
+	edRoot := certs.MustNew(t, "ed25519-root", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
+	// The API server takes at most 1 MiB of data per Secret, all keys together.
+	megabyte := make([]byte, 1<<20-16<<10)
+	_, _ = rand.Read(megabyte)
 	return []badRoot{
 		{name: "garbage instead of PEM", data: tls([]byte("hello, world"), good.KeyPEM, good.CertPEM), reason: "tls.crt: has data before the first PEM block"},
 		{name: "binary junk in ca.crt", data: tls(good.CertPEM, good.KeyPEM, junk), reason: "ca.crt: has data before the first PEM block"},
@@ -53,18 +60,29 @@ func badRoots(t *testing.T, good *certs.CA) []badRoot {
 		{name: "an empty tls.key", data: tls(good.CertPEM, nil, good.CertPEM), reason: "tls.key: missing"},
 		{name: "an empty tls.crt", data: tls(nil, good.KeyPEM, good.CertPEM), reason: "tls.crt: missing"},
 		{name: "oversized data", data: tls(huge, good.KeyPEM, good.CertPEM), reason: "more than the limit"},
+		{name: "an ECDSA root with an RSA key", data: tls(good.CertPEM, rsaRoot.KeyPEM, good.CertPEM), reason: "tls.key: private key is RSA but the certificate's public key is ECDSA"},
+		{name: "an RSA root with an Ed25519 key", data: tls(rsaRoot.CertPEM, edRoot.KeyPEM, rsaRoot.CertPEM), reason: "tls.key: private key is Ed25519 but the certificate's public key is RSA"},
+		{name: "an Ed25519 root with the key of another Ed25519 root", data: tls(edRoot.CertPEM, certs.MustNew(t, "ed-2", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil).KeyPEM, edRoot.CertPEM), reason: "tls.key: Ed25519 private key does not match the certificate"},
+		{name: "a certificate in tls.key", data: tls(good.CertPEM, good.CertPEM, good.CertPEM), reason: "tls.key: is a CERTIFICATE"},
+		{name: "a private key before the root in tls.crt", data: tls(append(bytes.Clone(good.KeyPEM), good.CertPEM...), good.KeyPEM, good.CertPEM), reason: "tls.crt: block 1 is"},
+		{name: "garbage in tls.key", data: tls(good.CertPEM, []byte("not a key"), good.CertPEM), reason: "tls.key: has data before the first PEM block"},
+		{name: "1 MiB of binary junk in tls.key", data: tls(good.CertPEM, megabyte, good.CertPEM), reason: "tls.key: is 1032192 bytes, more than the limit"},
+		{name: "two keys in tls.key", data: tls(good.CertPEM, append(bytes.Clone(good.KeyPEM), good.KeyPEM...), good.CertPEM), reason: "tls.key: has 2 PEM blocks, expected a single private key"},
+		{name: "a CERTIFICATE block that is no certificate", data: tls(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")}), good.KeyPEM, good.CertPEM), reason: "tls.crt: block 1 is not a valid x509 certificate"},
 		{name: "a missing Secret", delete: true, reason: "not found"},
 		// After the missing one: replacing the type means deleting the Secret,
 		// which would already say "not found" in passing.
 		{name: "a Secret of the wrong type", typ: "example.com/not-tls", data: tls(good.CertPEM, good.KeyPEM, good.CertPEM), reason: "root secret has type"},
+		{name: "an Opaque Secret", typ: corev1.SecretTypeOpaque, data: tls(good.CertPEM, good.KeyPEM, good.CertPEM), reason: `root secret has type "Opaque"`},
 	}
 }
 
 func TestABadRootNeverReachesTheGateway(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	_, r1 := s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	d, r1 := s.startOnFirstRoot(syncer.Config{Options: s.options()})
 	before := s.gatewaySecret()
+	writesBefore := d.writes()
 
 	cases := badRoots(t, r1)
 	seen, err := s.events()
@@ -86,6 +104,9 @@ func TestABadRootNeverReachesTheGateway(t *testing.T) {
 			ContainSubstring(bad.reason),
 			Not(BeElementOf(seen)))), bad.name)
 		seen, _ = s.events()
+		// ...and in the log (JSON), as the error of the reconcile.
+		quoted, _ := json.Marshal(bad.reason)
+		s.g.Eventually(d.log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
 		// ...and the gateway is exactly as it was: not one write.
 		after := s.gatewaySecret()
 		s.g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), bad.name)
@@ -96,7 +117,10 @@ func TestABadRootNeverReachesTheGateway(t *testing.T) {
 		s.g.Expect(e).NotTo(ContainSubstring("BEGIN"))
 		s.g.Expect(e).NotTo(ContainSubstring(strings.Split(string(r1.KeyPEM), "\n")[1]))
 	}
-	t.Logf("%d bad roots rejected, gateway untouched", len(cases))
+	// Not one request that writes a Secret, over all of them.
+	s.g.Expect(d.writes()).To(Equal(writesBefore))
+	t.Logf("%d bad roots rejected, each with its own event; gateway untouched, 0 writes", len(cases))
+	s.g.Expect(len(cases)).To(BeNumerically(">=", 20))
 
 	// Fixed by a new valid root: the gateway recovers by itself.
 	s.putRoot(s.newRoot("root-2"))

@@ -73,6 +73,8 @@ type dualca struct {
 	// writes counts the requests other than GET that it sent for Secrets.
 	writes func() int64
 	stop   func()
+	// log is what it logged so far.
+	log func() string
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -94,7 +96,7 @@ func (s *setup) start(cfg syncer.Config) *dualca {
 		})
 	}
 	d := dualcarun.Start(context.Background(), s.t, rc, cfg)
-	return &dualca{r: d.R, writes: writes.Load, stop: d.Stop}
+	return &dualca{r: d.R, writes: writes.Load, stop: d.Stop, log: d.Log}
 }
 
 // startOnFirstRoot writes root-1, starts dualca and waits until the gateway

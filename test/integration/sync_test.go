@@ -324,8 +324,7 @@ func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
 			if err != nil {
 				return 0, err
 			}
-			defer resp.Body.Close()
-			return resp.StatusCode, nil
+			return resp.StatusCode, resp.Body.Close()
 		}
 	}
 	// Alive, but not ready while there is no root to sync from.
@@ -359,8 +358,7 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		defer resp.Body.Close()
-		return resp.StatusCode, nil
+		return resp.StatusCode, resp.Body.Close()
 	}).Should(Equal(http.StatusOK))
 	s.g.Consistently(d.r.Reconciles, time.Second).Should(BeZero(), "the standby does not reconcile")
 }
@@ -372,6 +370,9 @@ func freeAddress(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

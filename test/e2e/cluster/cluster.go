@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -315,24 +314,19 @@ func (o *Options) complete() error {
 		}
 		o.AssetsDir = d
 	}
-	if o.CertManager != "" && o.CRDDir != "" {
-		return nil
-	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
 	if o.CertManager == "" {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			return err
+		}
 		o.CertManager = filepath.Join(root, "bin", "cert-manager-controller")
 	}
 	if o.CRDDir == "" {
-		// The module cache holds cert-manager already: the main module
-		// imports its API types.
-		out, err := exec.Command("go", "-C", root, "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+		d, err := controlplane.CertManagerCRDs()
 		if err != nil {
-			return fmt.Errorf("locating the cert-manager module: %w", err)
+			return err
 		}
-		o.CRDDir = filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+		o.CRDDir = d
 	}
 	return nil
 }

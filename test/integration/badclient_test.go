@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/certs"
+)
+
+// clientLabel selects the client Certificates of these tests.
+var clientLabel = map[string]string{"dualca.io/client": "agent"}
+
+// badClient is a selected client whose Secret dualca must not trust, and
+// the reason an operator is told.
+type badClient struct {
+	name string
+	// secretName is the Certificate's secretName; default: its own name.
+	secretName string
+	typ        corev1.SecretType
+	data       map[string][]byte
+	reason     string
+}
+
+func badClients(t *testing.T, root *certs.CA) []badClient {
+	now := time.Now()
+	leaf := certs.MustNew(t, "agent", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{}, root)
+	other := certs.MustCA(t, "other-root", time.Hour)
+	// A CA with the root's very name, but not the root: it signs nothing
+	// the client holds.
+	sameName := certs.MustNew(t, root.Cert.Subject.CommonName, now.Add(-time.Hour), now.Add(time.Hour), certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
+	tls := func(crt, ca []byte) map[string][]byte {
+		return map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": ca}
+	}
+	junk := make([]byte, 4096)
+	_, _ = rand.Read(junk)
+	withHeaders := bytes.Replace(root.CertPEM, []byte("-----\n"), []byte("-----\nComment: hello\n\n"), 1)
+	huge := bytes.Repeat(leaf.CertPEM, bundle.MaxPEMBytes/len(leaf.CertPEM)+1)
+	return []badClient{
+		{name: "garbage", data: tls([]byte("hello"), root.CertPEM), reason: "tls.crt: has data before the first PEM block"},
+		{name: "truncated", data: tls(leaf.CertPEM[:len(leaf.CertPEM)/2], root.CertPEM), reason: "tls.crt: block 1 is truncated"},
+		{name: "ca-as-leaf", data: tls(root.CertPEM, root.CertPEM), reason: "tls.crt: holds a CA certificate, not a client certificate"},
+		{name: "key-in-ca", data: tls(leaf.CertPEM, append(bytes.Clone(root.CertPEM), leaf.KeyPEM...)), reason: "ca.crt: block 2 is an EC PRIVATE KEY"},
+		{name: "leaf-in-ca", data: tls(leaf.CertPEM, leaf.CertPEM), reason: "ca.crt: block 1 is not a CA certificate"},
+		{name: "headers", data: tls(leaf.CertPEM, withHeaders), reason: "ca.crt: block 1 has PEM headers"},
+		{name: "binary-ca", data: tls(leaf.CertPEM, junk), reason: "ca.crt: has data before the first PEM block"},
+		{name: "oversized", data: tls(huge, root.CertPEM), reason: "tls.crt: is " + fmt.Sprint(len(huge)) + " bytes, more than the limit"},
+		{name: "other-issuer", data: tls(leaf.CertPEM, other.CertPEM), reason: "tls.crt: not issued by any certificate of ca.crt"},
+		{name: "same-name-other-key", data: tls(leaf.CertPEM, sameName.CertPEM), reason: "tls.crt: not issued by any certificate of ca.crt"},
+		{name: "no-ca", data: map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM}, reason: "ca.crt: missing"},
+		{name: "opaque", typ: corev1.SecretTypeOpaque, data: tls(leaf.CertPEM, root.CertPEM), reason: `has type "Opaque"`},
+		{name: "points-elsewhere", secretName: "good-0", reason: `secret good-0 was issued for Certificate "good-0"`},
+	}
+}
+
+func TestABadClientNeverReachesTheGateway(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
+	d, r1 := s.startOnFirstRoot(syncer.Config{Options: o})
+	for i := range 3 {
+		s.putClient(fmt.Sprintf("good-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
+	}
+	s.g.Eventually(s.gatewaySecret).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, Equal("renewed=3 pending=0 failed=0"))))
+	before := s.gatewaySecret()
+
+	cases := badClients(t, r1)
+	for _, bad := range cases {
+		typ := bad.typ
+		if typ == "" {
+			typ = corev1.SecretTypeTLS
+		}
+		s.putClient(bad.name, bad.secretName, typ, bad.data)
+		// The reason reaches the operator as a Warning event naming the client...
+		s.g.Eventually(s.events).Should(ContainElement(And(
+			HavePrefix(bundle.ReasonClientInvalid+": client "+s.ns+"/"+bad.name+": "),
+			ContainSubstring(bad.reason))), bad.name)
+		// ...and in the log.
+		quoted, _ := json.Marshal(bad.reason)
+		s.g.Eventually(d.log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
+		// The gateway's trust and server credential are exactly as they were.
+		after := s.gatewaySecret()
+		s.g.Expect(after.Data).To(Equal(before.Data), bad.name)
+		s.g.Expect(after.Annotations[bundle.AnnotationBundleHash]).To(Equal(before.Annotations[bundle.AnnotationBundleHash]), bad.name)
+	}
+	s.g.Expect(len(cases)).To(BeNumerically(">=", 10))
+	t.Logf("%d bad clients reported, each with its own event and log line; the gateway's data unchanged", len(cases))
+
+	// A rotation with all of them selected: the bundle holds the two roots
+	// and nothing any bad client carried, the good clients are renewed.
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+	s.g.Consistently(s.view, 2*time.Second).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+}
+
+// issueClient is a client Secret's data as cert-manager's CA issuer writes
+// it: a leaf from root, and the root as ca.crt.
+func (s *setup) issueClient(root *certs.CA) map[string][]byte {
+	s.t.Helper()
+	now := time.Now()
+	leaf := certs.MustNew(s.t, "agent", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{}, root)
+	return map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM}
+}
+
+// putClient creates a selected Certificate and, unless data is nil, the
+// Secret it names, labelled and annotated as cert-manager does.
+func (s *setup) putClient(name, secretName string, typ corev1.SecretType, data map[string][]byte) {
+	s.t.Helper()
+	ctx := context.Background()
+	if secretName == "" {
+		secretName = name
+	}
+	s.g.Expect(k8s.Create(ctx, &cmapi.Certificate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: clientLabel},
+		Spec: cmapi.CertificateSpec{CommonName: name, SecretName: secretName,
+			IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
+	})).To(Succeed())
+	if data == nil {
+		return
+	}
+	s.g.Expect(k8s.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: secretName,
+			Labels:      map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"},
+			Annotations: map[string]string{cmapi.CertificateNameKey: name}},
+		Type: typ, Data: data,
+	})).To(Succeed())
+}
