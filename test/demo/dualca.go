@@ -16,28 +16,32 @@ import (
 // stopTimeout is how long dualca gets to shut down after SIGTERM.
 const stopTimeout = 10 * time.Second
 
-// dualcaArgs are the flags dualca runs with in the demo: the demo's Secrets,
-// short rotation timings, a poll interval long enough that every update seen
-// comes from the watch, no metrics endpoint and health probes on a free port.
-func dualcaArgs(kubeconfig string, legacy, verbose bool) ([]string, error) {
+// dualcaArgs are the flags dualca runs with in the demo, as an operator
+// would set them but with timings in seconds: the demo's Secrets and
+// clients, a propagation delay long enough for the gateway to reload, a
+// switch grace long enough that the server switches because the clients are
+// ready, never because time ran out, and a poll interval longer than the
+// demo, so that everything seen comes from the watches. Its log is at info
+// level: kept, shown with -v or when it fails, and checked for key material.
+func dualcaArgs(kubeconfig string, legacy bool) ([]string, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("finding a free port for dualca's health probes: %w", err)
 	}
-	level := "error"
-	if verbose {
-		level = "info"
-	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
-		"--root-secret=" + rootKey.String(),
-		"--gateway-secret=" + gatewayKey.String(),
+		"--root-secret=" + namespace + "/" + rootName,
+		"--gateway-secret=" + namespace + "/" + gatewayName,
+		"--client-selector=" + clientLabel + "=" + clientLabelValue,
+		"--client-namespaces=" + namespace,
 		"--trust-propagation-delay=" + trustPropagationDelay.String(),
 		"--server-switch-grace=" + serverSwitchGrace.String(),
-		"--poll-interval=30s",
+		"--renewal-qps=" + strconv.FormatFloat(renewalQPS, 'f', -1, 64),
+		"--renewal-burst=" + strconv.Itoa(renewalBurst),
+		"--poll-interval=5m",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(port),
-		"--zap-log-level=" + level,
+		"--zap-log-level=info",
 	}
 	if legacy {
 		args = append(args, "--cert-management-legacy")
@@ -50,7 +54,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -64,15 +68,16 @@ type dualcaProcess struct {
 }
 
 // startDualca runs dualca in its own process group, so that Ctrl-C reaches
-// only the demo, which then stops dualca before the control plane.
+// only the demo, which then stops dualca before the control plane; should
+// the demo die without stopping it, the kernel stops it (see childAttrs).
 func startDualca(path string, args []string, verbose bool) (*dualcaProcess, error) {
 	log := &prefixWriter{prefix: "dualca| "}
 	if verbose {
 		log.live = os.Stderr
 	}
-	cmd := exec.Command(path, args...)
+	cmd := exec.Command(path, args...) //nolint:gosec // G204: running the binary given with -dualca is the point
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = ownProcessGroup()
+	cmd.SysProcAttr = childAttrs()
 	p := &dualcaProcess{cmd: cmd, log: log, started: time.Now(), exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting dualca: %w", err)
@@ -120,6 +125,7 @@ func exitStatus(err error) string {
 
 // prefixWriter collects a process's output line by line, each line prefixed.
 // With live set, lines go there at once; otherwise they are kept for dump.
+// Either way it counts the lines that carry key or certificate material.
 type prefixWriter struct {
 	prefix string
 	live   io.Writer
@@ -127,6 +133,8 @@ type prefixWriter struct {
 	mu      sync.Mutex
 	partial []byte
 	kept    bytes.Buffer
+	lines   int
+	leaks   int
 }
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
@@ -143,21 +151,47 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 	}
 }
 
+// pemMarkers betray a certificate or key in a line: a PEM header, or the
+// start of a base64 DER body (certificates and PKCS #8 keys "MII…", SEC 1
+// P-256 keys "MHcC…").
+var pemMarkers = [][]byte{[]byte("-----BEGIN"), []byte("MII"), []byte("MHcC")}
+
 func (w *prefixWriter) emit(line []byte) {
+	w.lines++
+	for _, m := range pemMarkers {
+		if bytes.Contains(line, m) {
+			w.leaks++
+			break
+		}
+	}
 	out := io.Writer(&w.kept)
 	if w.live != nil {
 		out = w.live
 	}
-	fmt.Fprintf(out, "%s%s\n", w.prefix, line)
+	// A lost line of dualca's log is no reason to stop dualca.
+	_, _ = fmt.Fprintf(out, "%s%s\n", w.prefix, line)
 }
 
 // dump writes what was kept to out (nothing when the output went out live).
 func (w *prefixWriter) dump(out io.Writer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.flushPartial()
+	_, _ = w.kept.WriteTo(out)
+}
+
+// counts returns the lines written and those with key or certificate
+// material in them.
+func (w *prefixWriter) counts() (lines, leaks int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flushPartial()
+	return w.lines, w.leaks
+}
+
+func (w *prefixWriter) flushPartial() {
 	if len(w.partial) > 0 {
 		w.emit(w.partial)
 		w.partial = nil
 	}
-	_, _ = w.kept.WriteTo(out)
 }

@@ -1,134 +1,114 @@
-// Command demo shows dualca rotating a root CA without downtime, against a
-// real Kubernetes API server running on this machine.
+// Command demo shows dualca rotating a cert-manager root CA twice, without
+// one failed mTLS handshake, on this machine.
 //
-// It starts kube-apiserver and etcd with envtest, creates a root CA Secret
-// the way cert-manager writes one, runs the dualca binary next to it and
-// rotates the root twice. After each step it prints what the gateway Secret
-// holds: the phase, the root the server credential comes from, and every root
-// in the trust bundle (ca.crt), with how long the gateway took to follow.
+// It starts a local kube-apiserver and etcd (envtest) and the real
+// cert-manager controller, which issues a self-signed root CA and, through
+// a CA Issuer signing with it, a few dozen client certificates. It runs the
+// dualca binary as an operator would, a TLS gateway that reloads its
+// credential from the gateway Secret whenever dualca writes it, and one
+// client per client certificate handshaking with it all the time. Then
+// cert-manager re-issues the root twice, the second rotation arriving while
+// the first is still in progress (every client already holds a certificate
+// of the second root, the server still presents the first).
 //
-// With the default zero-downtime strategy a new root joins the bundle next to
-// the old one at once, while the server keeps presenting the old root; the
-// server moves to the new root only when the grace period is over, and the
-// old root stays trusted. With -legacy the gateway Secret is a plain copy of
-// the root: the old root leaves the bundle the moment the root rotates, which
-// is the downtime dualca exists to prevent.
+// While it runs it shows where the rotation stands, read from the gateway
+// Secret through the code behind `dualca status`: a table redrawn in place
+// on a terminal, one line per phase otherwise. It ends with a timeline of
+// each rotation and the handshake counts, and exits non-zero if any
+// handshake failed. With -legacy dualca runs with --cert-management-legacy,
+// the plain copy of the root: the same story then shows the downtime the
+// zero-downtime strategy avoids.
 //
-// Run it with `make demo`, or from the repository root:
+// Run it with `make demo` (`make demo LEGACY=1`), which builds what it
+// needs first, or from the repository root:
 //
-//	go build -o bin/dualca ./cmd/dualca && go run ./test/demo [-legacy] [-v]
+//	go run ./test/demo -dualca bin/dualca [-legacy] [-v]
 //
-// It never prints key or certificate bytes: only subjects, SHA-256
-// fingerprint prefixes and expiry dates.
+// It never prints key or certificate bytes: only root labels (R1, R2, …),
+// SHA-256 fingerprint prefixes, subjects and expiry dates.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
-// Where the demo world lives and how fast dualca is told to rotate.
+// Exit codes: a demo is also a check.
 const (
-	namespace             = "demo"
-	trustPropagationDelay = 2 * time.Second
-	serverSwitchGrace     = 6 * time.Second
+	exitOK          = 0
+	exitFailed      = 1 // a handshake failed, an invariant broke, or the demo could not run
+	exitBadFlags    = 2
+	exitInterrupted = 130 // as a shell reports a command ended by SIGINT
 )
 
-var (
-	rootKey    = types.NamespacedName{Namespace: namespace, Name: "root-ca"}
-	gatewayKey = types.NamespacedName{Namespace: namespace, Name: "gateway-credential"}
-)
-
-// options are the demo's own flags.
+// options are the demo's flags.
 type options struct {
-	dualca  string        // path of the dualca binary
-	legacy  bool          // run dualca with --cert-management-legacy
-	verbose bool          // show dualca's log (info level) as it runs
-	timeout time.Duration // longest wait for any one step
+	dualca   string        // path of the dualca binary
+	legacy   bool          // run dualca with --cert-management-legacy
+	clients  int           // client certificates, one TLS client each
+	interval time.Duration // time between two handshakes of one client
+	settle   time.Duration // handshaking that goes on once the last rotation is over
+	timeout  time.Duration // longest wait for any one step
+	verbose  bool          // show dualca's log as it runs
 }
 
 func main() {
-	var o options
-	flag.StringVar(&o.dualca, "dualca", "./bin/dualca", "path of the dualca binary (go build -o bin/dualca ./cmd/dualca)")
-	flag.BoolVar(&o.legacy, "legacy", false, "run dualca with --cert-management-legacy (the old, plain-copy strategy)")
-	flag.BoolVar(&o.verbose, "v", false, `show dualca's log, prefixed with "dualca| ", as it runs`)
-	flag.DurationVar(&o.timeout, "timeout", 30*time.Second, "longest wait for any one step before the demo gives up")
+	o := options{}
+	flag.StringVar(&o.dualca, "dualca", "bin/dualca", "path of the dualca binary (make build)")
+	flag.BoolVar(&o.legacy, "legacy", false, "run dualca with --cert-management-legacy: the old strategy, downtime included")
+	flag.IntVar(&o.clients, "clients", 30, "client certificates, each with a TLS client handshaking with the gateway")
+	flag.DurationVar(&o.interval, "interval", 150*time.Millisecond, "time between two handshakes of one client")
+	flag.DurationVar(&o.settle, "settle", 3*time.Second, "how long the clients keep handshaking once the last rotation is over")
+	flag.DurationVar(&o.timeout, "timeout", time.Minute, "longest wait for any one step before the demo gives up")
+	flag.BoolVar(&o.verbose, "v", false, `show dualca's log (prefixed "dualca| ") as it runs, and the progress as lines`)
 	flag.Parse()
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(exitBadFlags)
+	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o)
-	interrupted := ctx.Err() != nil
-	stop()
-
-	switch {
-	case interrupted:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "demo:", err)
+	// Ctrl-C or SIGTERM cancels the story; run then stops everything it
+	// started, children in process groups of their own included, before
+	// the demo exits. A second signal changes nothing: leaving now would
+	// leave them running.
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		cancel()
+		for range signals {
+			fmt.Fprintln(os.Stderr, "demo: still stopping what it started, one moment")
 		}
-		fmt.Fprintln(os.Stderr, "demo: interrupted; dualca and the control plane are stopped")
-		os.Exit(130)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "demo: FAILED:", err)
-		os.Exit(1)
+	}()
+
+	d := newDemo(o)
+	code := d.run(ctx)
+	if ctx.Err() != nil {
+		fmt.Fprintf(os.Stderr, "demo: interrupted after %s; everything it started is stopped\n", seconds(time.Since(d.begin)))
+		code = exitInterrupted
 	}
+	os.Exit(code)
 }
 
-// run sets the world up, plays the story and tears everything down again,
-// whatever happened in between.
-func run(ctx context.Context, o options) (err error) {
+func (o options) validate() error {
 	if _, err := os.Stat(o.dualca); err != nil {
-		return fmt.Errorf("dualca binary: %w (build it with `go build -o bin/dualca ./cmd/dualca`)", err)
+		return fmt.Errorf("dualca binary: %w (build it with `make build`)", err)
 	}
-	begin := time.Now()
-
-	fmt.Println("starting kube-apiserver and etcd (envtest) ...")
-	cp, err := startControlPlane()
-	if err != nil {
-		return err
+	switch {
+	case o.clients < 1:
+		return fmt.Errorf("-clients must be at least 1, not %d", o.clients)
+	case o.interval <= 0:
+		return fmt.Errorf("-interval must be positive, not %s", o.interval)
+	case o.settle < 0:
+		return fmt.Errorf("-settle must not be negative, not %s", o.settle)
+	case o.timeout <= 0:
+		return fmt.Errorf("-timeout must be positive, not %s", o.timeout)
 	}
-	defer func() { err = errors.Join(err, cp.stop()) }()
-	fmt.Printf("control plane up in %s\n", seconds(time.Since(begin)))
-
-	s := &story{k8s: cp.client, timeout: o.timeout}
-	if err := s.setUp(ctx); err != nil {
-		return err
-	}
-
-	args, err := dualcaArgs(cp.kubeconfig, o.legacy, o.verbose)
-	if err != nil {
-		return err
-	}
-	if o.legacy {
-		fmt.Printf("running %s (strategy legacy: the gateway Secret is a plain copy of the root)\n", o.dualca)
-	} else {
-		fmt.Printf("running %s (strategy zero-downtime, trust propagation delay %s, server switch grace %s)\n",
-			o.dualca, trustPropagationDelay, serverSwitchGrace)
-	}
-	s.dualca, err = startDualca(o.dualca, args, o.verbose)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, s.dualca.stop()) }()
-
-	if err := s.play(ctx); err != nil {
-		return err
-	}
-	fmt.Printf("\ndemo finished in %s; stopping dualca and the control plane\n", seconds(time.Since(begin)))
 	return nil
-}
-
-// seconds formats d for a human: "6.1s".
-func seconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
-
-// millis formats a short d with sub-millisecond precision: "4.2 ms".
-func millis(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
 }

@@ -4,5 +4,5 @@ package main
 
 import "syscall"
 
-// ownProcessGroup is a no-op where process groups do not exist.
-func ownProcessGroup() *syscall.SysProcAttr { return nil }
+// childAttrs is a no-op where process groups do not exist.
+func childAttrs() *syscall.SysProcAttr { return nil }
