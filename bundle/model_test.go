@@ -78,7 +78,12 @@ func newModel(t *testing.T, seed uint64) *model {
 func (m *model) rotate() {
 	m.rotation++
 	life := time.Duration(20+m.rng.IntN(180)) * time.Minute
-	ca, err := certs.NewCA(fmt.Sprintf("root-%d", m.rotation), m.now.Add(-time.Minute), m.now.Add(life))
+	notBefore := m.now.Add(-time.Minute)
+	if m.rng.IntN(6) == 0 {
+		// An issuer whose clock runs ahead, within the skew accepted.
+		notBefore = m.now.Add(time.Duration(1+m.rng.IntN(240)) * time.Second)
+	}
+	ca, err := certs.NewCA(fmt.Sprintf("root-%d", m.rotation), notBefore, m.now.Add(life))
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -178,13 +183,12 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	m.check(server != nil, "invariant 1: the server root %s is in the bundle", bundle.Short(m.gw.State.Server))
 	// A clock that went back may sit before a root's NotBefore, where no
 	// verifier accepts it; chains are checked from the moment both are valid.
-	chain := mustParse(m.t, m.gw.CertPEM)
+	// (A cross-certificate is valid from the later of its two roots'
+	// NotBefore; one through a root not valid yet, from an issuer whose
+	// clock runs ahead, is not a path a client needs now.)
+	leaf := mustParse(m.t, m.gw.CertPEM)[0]
 	at := func(r *x509.Certificate) time.Time {
-		moments := []time.Time{m.now, r.NotBefore, server.NotBefore}
-		for _, c := range chain {
-			moments = append(moments, c.NotBefore)
-		}
-		return slices.MaxFunc(moments, time.Time.Compare)
+		return slices.MaxFunc([]time.Time{m.now, r.NotBefore, server.NotBefore, leaf.NotBefore}, time.Time.Compare)
 	}
 	m.check(m.verify(server, at(server)) == nil, "invariant 1: the server certificate chains to the recorded server root")
 	// Every client that trusts the server root or the current root accepts
@@ -257,7 +261,13 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		m.check(!m.tracked || ready || warned, "invariant 4: server switched while clients were not ready, without a Warning")
 		m.check(!m.now.Before(m.gw.State.RootAddedAt.Add(m.timings.TrustPropagationDelay)) || warned,
 			"the server switched before the gateway could load the new root")
+		m.check(!m.now.Before(server.NotBefore) || warned || prevServer == "",
+			"the server switched to root %s before it is valid", server.Subject.CommonName)
 	}
+	// 7. nothing is issued from a root before it is valid: no verifier
+	// would accept it (an issuer whose clock runs ahead).
+	m.check(len(d.Renew) == 0 || !m.now.Before(root.Cert.NotBefore),
+		"invariant 7: clients renewed onto root %s before it is valid (%s < %s)", root.Cert.Subject.CommonName, m.now, root.Cert.NotBefore)
 }
 
 // verify is verifyServer of the gateway's credential, remembered.
@@ -389,7 +399,7 @@ func (m *model) settle() {
 // modelHistories lets a long search run more histories than make test does:
 // go test ./bundle -run Model -model.histories=50000 -model.seed=N
 var (
-	modelHistories = flag.Int("model.histories", 1500, "random histories in the model test")
+	modelHistories = flag.Uint64("model.histories", 1500, "random histories in the model test")
 	modelSeed      = flag.Uint64("model.seed", 0, "first seed of the model test's histories")
 )
 
@@ -400,7 +410,7 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		histories = min(histories, 200)
 	}
 	var total model
-	for i := range uint64(histories) {
+	for i := range histories {
 		m := newModel(t, *modelSeed+i)
 		for range steps {
 			m.step()

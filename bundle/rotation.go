@@ -180,7 +180,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 			Message: "gateway Secret created: serving and trusting root " + describe(root.Cert)})
 	} else if string(caPEM) != string(gw.CAPEM) && !edited {
 		events = append(events, Event{Reason: ReasonBundleUpdated,
-			Message: "trust bundle now holds " + itoa(len(kept)) + " roots: " + describeAll(kept)})
+			Message: "trust bundle now holds " + plural(len(kept), "root") + ": " + describeAll(kept)})
 	}
 
 	st.Server = Fingerprint(serverRoot)
@@ -197,7 +197,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 		d.State.Clients = &p
 		// Clients are moved once the gateway trusts the new root, and also
 		// after a forced switch: the ones left behind still need it.
-		if st.Phase != PhaseBundle {
+		if st.Phase != PhaseBundle && !now.Before(root.Cert.NotBefore) {
 			d.Renew = due(clients, root.Cert, now)
 		}
 	}
@@ -312,10 +312,16 @@ func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timin
 	if Fingerprint(server) == root.Fingerprint {
 		return switchDecision{}
 	}
-	elapsed := now.Sub(st.RootAddedAt)
 	if now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter) {
 		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
 	}
+	// A root from an issuer whose clock runs ahead is accepted into the
+	// bundle, but nothing is issued from it before it is valid: verifiers
+	// check the root's validity too.
+	if now.Before(root.Cert.NotBefore) {
+		return switchDecision{}
+	}
+	elapsed := now.Sub(st.RootAddedAt)
 	if clients.Tracked {
 		ready := !st.ClientsReadyAt.IsZero()
 		if ready && elapsed >= t.TrustPropagationDelay && now.Sub(st.ClientsReadyAt) >= t.TrustPropagationDelay {
@@ -334,6 +340,14 @@ func decideSwitch(server *x509.Certificate, root *Root, clients Clients, t Timin
 			Message: fmt.Sprintf("grace period %s is over (client readiness is not tracked); server now presents root %s", t.ServerSwitchGrace, describe(root.Cert))}}
 	}
 	return switchDecision{}
+}
+
+// plural is "1 root", "2 roots".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return itoa(n) + " " + noun + "s"
 }
 
 func forced(why string) switchDecision {
@@ -405,7 +419,7 @@ func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, cli
 		}
 	}
 	for _, c := range kept {
-		moments = append(moments, c.NotAfter.Add(time.Second))
+		moments = append(moments, c.NotBefore, c.NotAfter.Add(time.Second))
 	}
 	var next time.Time
 	for _, m := range moments {
@@ -418,7 +432,8 @@ func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, cli
 
 func phaseOf(server, root *x509.Certificate, roots int, addedAt time.Time, t Timings, now time.Time) Phase {
 	switch {
-	case Fingerprint(server) != Fingerprint(root) && now.Sub(addedAt) < t.TrustPropagationDelay:
+	case Fingerprint(server) != Fingerprint(root) && (now.Sub(addedAt) < t.TrustPropagationDelay || now.Before(root.NotBefore)):
+		// Clients are not moved to a root before it is valid either.
 		return PhaseBundle
 	case Fingerprint(server) != Fingerprint(root):
 		return PhaseRenewing

@@ -276,6 +276,13 @@ func rtRun(t *testing.T, tests map[string]rtCase) {
 	}
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // rtExpectConsistent checks what holds for every zero-downtime decision:
 // the recorded state describes the data, the tls pair matches, the bundle
 // holds the server's root and the current root, no event carries PEM, and
@@ -288,7 +295,8 @@ func rtExpectConsistent(g Gomega, d bundle.Decision, root *bundle.Root, now time
 	g.Expect(d.State.Strategy).To(Equal(bundle.StrategyZeroDowntime))
 	g.Expect(d.State.Root).To(Equal(root.Fingerprint), "the recorded root")
 	g.Expect(verifyServer(d.CertPEM, server, now)).To(Succeed(), "the server certificate chains to the recorded server root")
-	g.Expect(verifyServer(d.CertPEM, root.Cert, now)).To(Succeed(), "clients of the current root accept the server")
+	// Nothing verifies through a root before it is valid: then only from its NotBefore.
+	g.Expect(verifyServer(d.CertPEM, root.Cert, later(now, root.Cert.NotBefore))).To(Succeed(), "clients of the current root accept the server")
 	g.Expect(d.State.BundleHash).To(Equal(bundle.Hash(d.CAPEM)), "the recorded bundle hash")
 	g.Expect(d.State.BundleRoots).To(Equal(rtFingerprints(roots)), "the recorded bundle roots")
 	g.Expect(bundle.Contains(roots, server)).To(BeTrue(), "ca.crt holds the server root")
@@ -645,7 +653,7 @@ func TestPlanRetiresOldRoots(t *testing.T) {
 			wantPhase:  bundle.PhaseSteady,
 			wantEvents: []rtEvent{
 				{reason: bundle.ReasonRootRetired, contains: `"root-1"`},
-				{reason: bundle.ReasonBundleUpdated, contains: "1 roots"},
+				{reason: bundle.ReasonBundleUpdated, contains: "holds 1 root:"},
 			},
 			wantProgress:    &bundle.Progress{Renewed: 2},
 			wantRootAddedAt: rtNow.Add(-h),
@@ -713,7 +721,7 @@ func TestPlanRetiresOldRoots(t *testing.T) {
 			wantPhase:  bundle.PhaseSteady,
 			wantEvents: []rtEvent{
 				{reason: bundle.ReasonRootRetired, contains: "expired"},
-				{reason: bundle.ReasonBundleUpdated, contains: "1 roots"},
+				{reason: bundle.ReasonBundleUpdated, contains: "holds 1 root:"},
 			},
 			wantRootAddedAt: rtNow.Add(-h),
 			wantSwitchedAt:  rtNow.Add(-50 * time.Minute),
@@ -904,6 +912,8 @@ func TestPlanOnASkewedClock(t *testing.T) {
 	t.Parallel()
 	f := rtNewFixture(t)
 	h := time.Hour
+	// Valid from three minutes on: within the clock skew ValidateRoot allows.
+	ahead := certs.MustNew(t, "root-ahead", rtNow.Add(3*time.Minute), rtNow.Add(40*h), certs.Options{IsCA: true}, nil)
 
 	rtRun(t, map[string]rtCase{
 		"a clock that went back before RootAddedAt starts the propagation delay from now, not from the future": {
@@ -929,6 +939,31 @@ func TestPlanOnASkewedClock(t *testing.T) {
 			wantRootAddedAt: rtNow.Add(-h),
 			wantSwitchedAt:  rtNow,
 			wantNextCheck:   rtNow.Add(time.Minute),
+		},
+		"a root from an issuer whose clock runs ahead is trusted at once, but no client moves to it before it is valid": {
+			gw:              rtSecret{server: f.r1, roots: rtList(ahead, f.r1), root: ahead, addedAt: rtNow.Add(-10 * time.Minute), switchedAt: rtNow.Add(-2 * h)}.gateway(),
+			root:            ahead,
+			clients:         rtTracked(rtClient(t, "ns/a", f.r1, f.r1)),
+			wantServer:      f.r1,
+			wantBundle:      rtList(ahead, f.r1),
+			wantPhase:       bundle.PhaseBundle,
+			wantProgress:    &bundle.Progress{Pending: 1},
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
+			wantSwitchedAt:  rtNow.Add(-2 * h),
+			wantNextCheck:   ahead.Cert.NotBefore,
+		},
+		"the server does not move to a root that is not valid yet, even with every client on it": {
+			gw: rtSecret{server: f.r1, roots: rtList(ahead, f.r1), root: ahead, addedAt: rtNow.Add(-10 * time.Minute),
+				switchedAt: rtNow.Add(-2 * h), readyAt: rtNow.Add(-5 * time.Minute)}.gateway(),
+			root:            ahead,
+			clients:         rtTracked(rtClient(t, "ns/a", ahead, ahead)),
+			wantServer:      f.r1,
+			wantBundle:      rtList(ahead, f.r1),
+			wantPhase:       bundle.PhaseBundle,
+			wantProgress:    &bundle.Progress{Renewed: 1},
+			wantRootAddedAt: rtNow.Add(-10 * time.Minute),
+			wantSwitchedAt:  rtNow.Add(-2 * h),
+			wantNextCheck:   ahead.Cert.NotBefore,
 		},
 		"times are recorded in whole seconds, rounded up so that no wait is shortened": {
 			gw:         rtSecret{server: f.r1, roots: rtList(f.r1), root: f.r1, addedAt: rtNow.Add(-2 * h), switchedAt: rtNow.Add(-2 * h)}.gateway(),
@@ -1265,4 +1300,36 @@ func TestPlanAdoptionKeepsTheRootsClientsStillUse(t *testing.T) {
 	g.Expect(rtFingerprints(roots)).To(Equal(rtFingerprints([]*x509.Certificate{f.r2.Cert, previous.Cert})),
 		"the bundle holds the current root and the root a client still uses, nothing else")
 	g.Expect(d.Renew).To(Equal([]string{"ns/a"}))
+}
+
+// TestPlanKeepsTheServerWhenTheRootIsRenewedWithTheSameKey: cert-manager
+// re-issues a root with the same subject and key when its private key
+// rotation policy is Never. The server leaf of the old root then verifies
+// with the new one too, and must still be read as on the root dualca
+// recorded: not taken for a credential replaced by hand, which forces the
+// switch with a Warning. Found by FuzzPlan (a cross-certificate in ca.crt,
+// which also shares the root's subject and key, re-issued the credential at
+// every decision).
+func TestPlanKeepsTheServerWhenTheRootIsRenewedWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	old := certs.MustNew(t, "root", rtNow.Add(-2*time.Hour), rtNow.Add(10*time.Hour), certs.Options{IsCA: true}, nil)
+	renewed := certs.MustNew(t, "root", rtNow.Add(-time.Hour), rtNow.Add(20*time.Hour), certs.Options{IsCA: true, Key: old.Key}, nil)
+	clients := rtTracked(rtClient(t, "ns/a", old, old))
+
+	now := rtNow.Add(-30 * time.Minute)
+	d := bundle.Plan(bundle.Gateway{}, rtRoot(t, old, now), clients, rtTimings, now)
+	for _, step := range []time.Duration{time.Minute, time.Second} {
+		now = now.Add(step)
+		prev := d
+		d = bundle.Plan(rtApply(d), rtRoot(t, renewed, now), clients, rtTimings, now)
+		rtExpectConsistent(g, d, rtRoot(t, renewed, now), now)
+		g.Expect(d.State.Server).To(Equal(bundle.Fingerprint(old.Cert)), "the server stays on the old root at %s", now)
+		g.Expect(bytes.Equal(rtParse(g, d.CertPEM)[0].Raw, rtParse(g, prev.CertPEM)[0].Raw)).To(BeTrue(), "the server leaf is kept at %s", now)
+		g.Expect(bytes.Equal(d.KeyPEM, prev.KeyPEM)).To(BeTrue(), "the server key is kept at %s", now)
+		for _, e := range d.Events {
+			g.Expect(e.Reason).NotTo(Equal(bundle.ReasonServerSwitchForced), "at %s: %s", now, e.Message)
+		}
+	}
+	g.Expect(rtNames(rtParse(g, d.CAPEM))).To(Equal([]string{"root", "root"}), "both roots are trusted")
 }

@@ -122,8 +122,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		logf.FromContext(ctx).Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
 			"root", bundle.Short(d.State.Root), "server", bundle.Short(d.State.Server), "roots", len(d.State.BundleRoots))
 	}
-	for _, e := range d.Events {
+	for _, e := range sameReasonTogether(d.Events) {
 		r.event(gateway, e)
+		logf.FromContext(ctx).Info("event", "reason", e.Reason, "warning", e.Warning, "message", e.Message)
 	}
 	r.reportClients(ctx, gateway, views)
 	// Renewals follow the decision only once it is written: the gateway
@@ -437,6 +438,24 @@ func (r *Reconciler) reportInvalid(ctx context.Context, rootObj *corev1.Secret, 
 		}
 	}
 	return fmt.Errorf("root secret %s: %w", r.cfg.RootSecret, err)
+}
+
+// sameReasonTogether joins the events of one decision that share a reason
+// (two roots retired at once, say): the events API would keep only the
+// first of several events about one object version with one reason.
+func sameReasonTogether(events []bundle.Event) []bundle.Event {
+	var out []bundle.Event
+	at := map[bundle.Event]int{}
+	for _, e := range events {
+		key := bundle.Event{Warning: e.Warning, Reason: e.Reason}
+		if i, ok := at[key]; ok {
+			out[i].Message += "; " + e.Message
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, e)
+	}
+	return out
 }
 
 func (r *Reconciler) event(gateway *corev1.Secret, e bundle.Event) {
