@@ -177,7 +177,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	caPEM := Encode(kept)
 	if !gw.Exists {
 		events = append(events, Event{Reason: ReasonBundleUpdated,
-			Message: "gateway Secret created: serving and trusting root " + describe(root.Cert)})
+			Message: "gateway Secret created: serving root " + describe(root.Cert) + ", trusting " + plural(len(kept), "root") + ": " + describeAll(kept)})
 	} else if string(caPEM) != string(gw.CAPEM) && !edited {
 		events = append(events, Event{Reason: ReasonBundleUpdated,
 			Message: "trust bundle now holds " + plural(len(kept), "root") + ": " + describeAll(kept)})

@@ -63,6 +63,9 @@ type Reconciler struct {
 	// gatewayRV is the gateway's resourceVersion as last read from the API
 	// server or written; "" when it was absent.
 	gatewayRV string
+	// remembered is the gateway Secret as dualca last read or wrote it, to
+	// restore it as it was if it is deleted.
+	remembered *corev1.Secret
 	// clientProblems are the problems last reported, by client, so that a
 	// client Secret that stays broken is reported once.
 	clientProblems map[string]string
@@ -82,6 +85,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		views   map[string]clientView
 		clients bundle.Clients
 		rootFP  string
+		// restored: the gateway Secret was deleted and is written again
+		// from what dualca last knew of it.
+		restored bool
 	)
 	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
@@ -98,6 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		if err != nil {
 			return err
 		}
+		restored = current == nil && gw.Exists
 		clients = bundle.Clients{}
 		if r.clients != nil {
 			if clients, views, err = r.clients.read(ctx); err != nil {
@@ -118,6 +125,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	r.lastInvalid.Store("")
 	r.synced.Store(true)
 	r.reconciles.Add(1)
+	if wrote && restored {
+		d.Events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonBundleUpdated,
+			Message: "gateway Secret was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, d.Events...)
+	}
 	if wrote {
 		logf.FromContext(ctx).Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
 			"root", bundle.Short(d.State.Root), "server", bundle.Short(d.State.Server), "roots", len(d.State.BundleRoots))
@@ -314,18 +325,30 @@ func (r *Reconciler) readGateway(ctx context.Context, from client.Reader) (*core
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.gatewayRV = ""
+			if r.remembered != nil {
+				// Deleted behind dualca's back: decide from what it last
+				// held, so the rotation goes on where it was. Its server
+				// credential cannot be made again once the old root's key
+				// has left the root Secret.
+				return nil, gatewayOf(r.remembered), nil
+			}
 			return nil, bundle.Gateway{}, nil
 		}
 		return nil, bundle.Gateway{}, fmt.Errorf("reading gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
-	r.gatewayRV = s.ResourceVersion
-	return s, bundle.Gateway{
+	r.gatewayRV, r.remembered = s.ResourceVersion, s
+	return s, gatewayOf(s), nil
+}
+
+// gatewayOf is what the decisions need of the gateway Secret s.
+func gatewayOf(s *corev1.Secret) bundle.Gateway {
+	return bundle.Gateway{
 		Exists:  true,
 		CertPEM: s.Data[corev1.TLSCertKey],
 		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
 		CAPEM:   s.Data[caKey],
 		State:   bundle.ParseState(s.Annotations),
-	}, nil
+	}
 }
 
 // write creates or updates the gateway Secret to hold d, and does nothing
@@ -356,7 +379,7 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 			}
 			return nil, false, fmt.Errorf("creating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 		}
-		r.lastWrite, r.gatewayRV = r.cfg.Clock.Now(), desired.ResourceVersion
+		r.lastWrite, r.gatewayRV, r.remembered = r.cfg.Clock.Now(), desired.ResourceVersion, desired
 		return desired, true, nil
 	}
 	if unchanged(current, desired) {
@@ -374,7 +397,7 @@ func (r *Reconciler) write(ctx context.Context, current *corev1.Secret, d bundle
 		}
 		return nil, false, fmt.Errorf("updating gateway secret %s: %w", r.cfg.GatewaySecret, err)
 	}
-	r.lastWrite, r.gatewayRV = r.cfg.Clock.Now(), desired.ResourceVersion
+	r.lastWrite, r.gatewayRV, r.remembered = r.cfg.Clock.Now(), desired.ResourceVersion, desired
 	return desired, true, nil
 }
 

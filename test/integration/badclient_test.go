@@ -75,7 +75,7 @@ func TestABadClientNeverReachesTheGateway(t *testing.T) {
 	for i := range 3 {
 		s.putClient(fmt.Sprintf("good-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
 	}
-	s.g.Eventually(s.gatewaySecret).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, Equal("renewed=3 pending=0 failed=0"))))
+	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, Equal("renewed=3 pending=0 failed=0"))))
 	before := s.gatewaySecret()
 
 	cases := badClients(t, r1)

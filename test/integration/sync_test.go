@@ -206,11 +206,26 @@ func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
 	want = gatewayView{Roots: []string{"root-2"}, Server: "root-2", Phase: "Steady"}
 	s.g.Eventually(s.view).Should(Equal(want))
 
-	// A deleted gateway comes back at once. Its old server credential is
-	// gone with it, so it comes back serving from the current root.
-	s.g.Expect(k8s.Delete(ctx, s.gatewaySecret())).To(Succeed())
-	s.g.Eventually(s.view).Should(And(HaveField("Server", "root-2"), HaveField("Roots", ContainElement("root-2"))))
-	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonBundleUpdated + ": gateway Secret created")))
+}
+
+// TestADeletedGatewayIsRestoredAsItWas: deleted in the middle of a
+// rotation, the gateway Secret comes back at once exactly as dualca last
+// wrote it: the server credential from the old root (whose key is no longer
+// anywhere else), both roots, the rotation's recorded moments.
+func TestADeletedGatewayIsRestoredAsItWas(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
+	before := s.gatewaySecret()
+
+	s.g.Expect(k8s.Delete(context.Background(), before)).To(Succeed())
+	s.g.Eventually(s.getGateway).Should(And(
+		HaveField("UID", Not(Equal(before.UID))),
+		HaveField("Data", Equal(before.Data)),
+		HaveField("Annotations", Equal(before.Annotations))))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonBundleUpdated + ": gateway Secret was deleted; restored as dualca last wrote it")))
 }
 
 func TestNothingChangesNothingIsWritten(t *testing.T) {

@@ -1,0 +1,84 @@
+package integration
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/certs"
+)
+
+// TestALostGatewayIsRebuiltFromTheClients: the gateway Secret is deleted
+// while dualca is down, in the middle of a rotation. The old root is no
+// longer in the root Secret, and dualca has no memory of it: the trust it
+// needs comes back from the clients' own Secrets. A certificate there
+// counts only if it is a CA with the root's subject that signed the
+// client's leaf, so no client that was working is cut off, and no client
+// Secret can slip another CA into the gateway.
+func TestALostGatewayIsRebuiltFromTheClients(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
+	// Roots of one cert-manager CA share their subject.
+	r1 := s.newRoot("agents-root")
+	s.putRoot(r1)
+	d := s.start(syncer.Config{Options: o})
+	for i := range 3 {
+		s.putClient(fmt.Sprintf("agent-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
+	}
+	// A client Secret carrying a CA of its own, which signed its leaf.
+	intruder := certs.MustCA(t, "intruder", time.Hour)
+	s.putClient("intruder", "", corev1.SecretTypeTLS, s.issueClient(intruder))
+	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, "renewed=3 pending=1 failed=0")))
+
+	r2 := s.newRoot("agents-root")
+	s.putRoot(r2)
+	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationPhase, string(bundle.PhaseRenewing))))
+	// cert-manager moved one client to the new root; two are still on the old.
+	s.putClientData("agent-0", s.issueClient(r2))
+
+	d.stop()
+	s.g.Expect(k8s.Delete(context.Background(), s.gatewaySecret())).To(Succeed())
+	s.start(syncer.Config{Options: o})
+
+	s.g.Eventually(s.getGateway).Should(HaveField("Data", HaveKey("ca.crt")))
+	gw := s.gatewaySecret()
+	roots, err := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(fingerprints(roots)).To(ConsistOf(fingerprint(r2.Cert), fingerprint(r1.Cert)),
+		"the new root, and the old one two clients still use, taken from their Secrets; not the intruder")
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationServer, fingerprint(r2.Cert)),
+		"the old server credential is lost with the Secret: the server presents the current root")
+	s.g.Eventually(s.events).Should(ContainElement(And(
+		HavePrefix(bundle.ReasonBundleUpdated+": gateway Secret created: serving root"),
+		ContainSubstring("trusting 2 roots"))))
+	s.g.Consistently(s.view, time.Second).Should(HaveField("Roots", HaveLen(2)))
+}
+
+// putClientData replaces the data of a client's Secret, as cert-manager
+// does when it re-issues it.
+func (s *setup) putClientData(name string, data map[string][]byte) {
+	s.t.Helper()
+	sec := &corev1.Secret{}
+	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
+	sec.Data = data
+	s.g.Expect(k8s.Update(context.Background(), sec)).To(Succeed())
+}
+
+func fingerprints(cs []*x509.Certificate) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = fingerprint(c)
+	}
+	return out
+}
