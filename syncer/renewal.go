@@ -45,6 +45,9 @@ type renewer struct {
 	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	writer client.Client
 	reader client.Reader // uncached: a renewal acts on what is, not on a cache
+	// cache is the client cache, for a first attempt (see triggerIssuance);
+	// nil until the watches are set up.
+	cache  client.Reader
 	legacy bool
 	now    func() time.Time
 
@@ -59,9 +62,18 @@ type renewer struct {
 	// backoff are the clients the rate limiter counts retries of, until
 	// they are no longer due.
 	backoff map[types.NamespacedName]bool
+	// acted are the clients acted on, and when: until the cache shows
+	// cert-manager at work (or actedFor has passed), the reconciler's view
+	// of them is older than the action, and queueing them again would spend
+	// a token of the bucket on a client that needs nothing.
+	acted map[types.NamespacedName]time.Time
 	// result counts renewals by result, for tests and metrics.
 	results map[string]int
 }
+
+// actedFor bounds how long a client acted on is left alone when the cache
+// never shows the issuance (cert-manager finished or failed it in between).
+const actedFor = 30 * time.Second
 
 // dueClient is what the decision knew of a client due for renewal.
 type dueClient struct {
@@ -111,6 +123,7 @@ func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer
 		now:     cfg.Clock.Now,
 		queued:  map[types.NamespacedName]bool{},
 		backoff: map[types.NamespacedName]bool{},
+		acted:   map[types.NamespacedName]time.Time{},
 		results: map[string]int{},
 	}
 }
@@ -128,10 +141,16 @@ func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[ty
 			delete(w.backoff, key)
 		}
 	}
+	now := w.now()
+	for key, at := range w.acted {
+		if _, still := due[key]; !still || inFlight[key] || now.Sub(at) >= actedFor {
+			delete(w.acted, key)
+		}
+	}
 	w.due = due
 	added := 0
 	for key := range due {
-		if !w.queued[key] {
+		if _, recently := w.acted[key]; !w.queued[key] && !recently {
 			w.queued[key], w.backoff[key] = true, true
 			w.queue.AddRateLimited(key)
 			added++
@@ -161,7 +180,8 @@ func (w *renewer) next(ctx context.Context) bool {
 	}
 	defer w.queue.Done(key)
 	w.mu.Lock()
-	delete(w.queued, key)
+	// The key stays in queued until it is acted on, so that a reconcile in
+	// between, whose view is older than the action, does not queue it again.
 	d, due := w.due[key]
 	w.mu.Unlock()
 	log := logf.FromContext(ctx).WithValues("client", key.String())
@@ -174,21 +194,26 @@ func (w *renewer) next(ctx context.Context) bool {
 			result, err = w.triggerIssuance(ctx, key)
 		}
 	}
-	if err != nil {
-		result = renewalFailed
-		log.Error(err, "client renewal failed; retrying with backoff")
-		w.mu.Lock()
-		if !w.queued[key] {
-			w.queued[key] = true
-			w.queue.AddRateLimited(key)
-		}
-		w.mu.Unlock()
-	} else if result == renewalTriggered {
-		log.V(1).Info("client renewal triggered", "legacy", w.legacy)
-	}
 	w.mu.Lock()
+	delete(w.queued, key)
+	switch {
+	case err != nil:
+		result = renewalFailed
+		w.queued[key] = true
+		w.queue.AddRateLimited(key)
+	case result == renewalTriggered:
+		w.acted[key] = w.now()
+	}
 	w.results[result]++
 	w.mu.Unlock()
+	switch {
+	case err != nil:
+		log.Error(err, "client renewal failed; retrying with backoff")
+	case result == renewalTriggered:
+		log.V(1).Info("client renewal triggered", "legacy", w.legacy)
+	default:
+		log.V(1).Info("client renewal skipped", "due", due)
+	}
 	strategy, method := bundle.StrategyZeroDowntime, "issuing-condition"
 	if w.legacy {
 		strategy, method = bundle.StrategyLegacy, "secret-deletion"
@@ -197,13 +222,22 @@ func (w *renewer) next(ctx context.Context) bool {
 	return true
 }
 
-// triggerIssuance sets Issuing=True on the client's Certificate, read fresh,
-// unless cert-manager is already issuing it.
+// triggerIssuance sets Issuing=True on the client's Certificate unless
+// cert-manager is already issuing it. The first attempt starts from the
+// cached Certificate: the update carries its resourceVersion, so a cache
+// behind the API server only costs a conflict, after which the Certificate
+// is read fresh. That is one request per client instead of two.
 func (w *renewer) triggerIssuance(ctx context.Context, key types.NamespacedName) (string, error) {
 	result := renewalSkipped
+	from := w.cache
+	if from == nil {
+		from = w.reader
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		crt := &cmapi.Certificate{}
-		if err := w.reader.Get(ctx, key, crt); err != nil {
+		reader := from
+		from = w.reader
+		if err := reader.Get(ctx, key, crt); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}

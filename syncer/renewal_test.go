@@ -75,6 +75,42 @@ func TestRenewerQueuesEachDueClientOnce(t *testing.T) {
 	g.Expect(w.queue.NumRequeues(c)).To(Equal(0), "no longer due: the backoff is forgotten")
 }
 
+// TestRenewerLeavesAClientActedOnAlone: a client just triggered still
+// looks due to a reconcile whose cache has not seen the trigger; it is not
+// queued again (a token wasted per client in a fan-out) until the cache
+// shows it in flight and it is due once more, or the wait runs out.
+func TestRenewerLeavesAClientActedOnAlone(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	now := time.Now()
+	fake := &fakeNow{t: now}
+	w := newRenewer(nil, nil, Config{Options: testOptions(), Clock: clock.RealClock{}})
+	w.now = fake.now
+	defer w.queue.ShutDown()
+	a := key("a")
+	due := map[types.NamespacedName]dueClient{a: {}}
+
+	g.Expect(w.update(due, nil)).To(Equal(1))
+	w.mu.Lock()
+	delete(w.queued, a) // taken by the worker...
+	w.acted[a] = now    // ...and triggered
+	w.mu.Unlock()
+	g.Expect(w.update(due, nil)).To(Equal(0), "the cache has not seen the trigger yet")
+	w.update(nil, map[types.NamespacedName]bool{a: true})
+	g.Expect(w.update(due, nil)).To(Equal(1), "seen in flight, then due again (issuance failed): queued again")
+
+	w.mu.Lock()
+	delete(w.queued, a)
+	w.acted[a] = now
+	w.mu.Unlock()
+	fake.t = now.Add(actedFor)
+	g.Expect(w.update(due, nil)).To(Equal(1), "never seen in flight: queued again after actedFor")
+}
+
+type fakeNow struct{ t time.Time }
+
+func (f *fakeNow) now() time.Time { return f.t }
+
 func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)

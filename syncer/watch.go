@@ -69,6 +69,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		r.caches = append(r.caches, c)
 		r.clients = &clientTracker{reader: c, cfg: r.cfg}
+		if r.renewer != nil {
+			r.renewer.cache = c
+		}
 		if err := mgr.Add(c); err != nil {
 			return fmt.Errorf("adding the client cache: %w", err)
 		}
