@@ -55,18 +55,24 @@ test-chart: control-plane helm promtool ## lint and render the Helm chart, check
 	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
 
 .PHONY: fuzz
-fuzz: ## fuzz the PEM parser and root validation for FUZZTIME each (default 1m)
+fuzz: ## fuzz the PEM parser, root validation and decisions on a hand-edited gateway Secret for FUZZTIME each (default 1m)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzParseCertificates$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzValidateRoot$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: golangci-lint ## go vet, gofmt and golangci-lint with the linters of .golangci.yml (errorlint, gosec, importas, revive...)
 	$(GO) vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l $(filter %.go,$(GO_SOURCES))); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BIN)/golangci-lint run ./...
 
 .PHONY: demo
-demo: control-plane $(BIN)/dualca ## start a local control plane and dualca, rotate the root twice, show the gateway (LEGACY=1 for the legacy strategy)
+demo: control-plane cert-manager $(BIN)/dualca ## cert-manager, dualca, an mTLS gateway and 30 clients: two overlapping root rotations shown live, then a summary; fails if a handshake failed (LEGACY=1: the legacy strategy)
 	$(GO) run ./test/demo -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
+
+.PHONY: bench
+bench: control-plane $(BIN)/dualca ## measure the performance targets on the local control plane; writes docs/benchmarks.md and docs/benchmarks.png (about 20 min)
+	$(GO) run ./test/bench -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png
 
 .PHONY: clean
 clean: ## remove ./bin

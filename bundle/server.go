@@ -61,9 +61,9 @@ type server struct {
 
 // readServer returns the credential found in the gateway if it is usable:
 // its first certificate matches tls.key and either is a CA (the legacy
-// form) or is signed by one of roots. Cross-certificates are kept when they
-// certify the server root and are signed by one of roots. nil means there is
-// no usable credential.
+// form) or is signed by one of roots, the recorded server root if it is one
+// of them. Cross-certificates are kept when they certify the server root and
+// are signed by one of roots. nil means there is no usable credential.
 func readServer(gw Gateway, roots []*x509.Certificate) *server {
 	certs := certsIn(gw.CertPEM)
 	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
@@ -74,10 +74,12 @@ func readServer(gw Gateway, roots []*x509.Certificate) *server {
 		s.root, s.selfSigned = s.leaf, true
 		return s
 	}
+	// CAs that share a subject and key (a root cert-manager re-issued with
+	// the same key, a cross-certificate) all verify the leaf: the one dualca
+	// recorded is the one it issued the leaf from.
 	for _, r := range roots {
-		if ChainsTo(s.leaf, r) {
+		if ChainsTo(s.leaf, r) && (s.root == nil || Fingerprint(r) == gw.State.Server) {
 			s.root = r
-			break
 		}
 	}
 	if s.root == nil {

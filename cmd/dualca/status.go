@@ -28,33 +28,34 @@ const (
 
 // status runs `dualca status`: flags first, then reads, then prints.
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// fail reports why the command could not do its job. If stderr cannot
+	// be written either, the exit code is all that is left to say it.
+	fail := func(msg ...any) int {
+		_, _ = fmt.Fprintln(stderr, append([]any{"dualca status:"}, msg...)...)
+		return statusError
+	}
 	o, output, err := parseStatusFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return statusOK
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status: invalid flags:", err)
-		return statusError
+		return fail("invalid flags:", err)
 	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status: loading kubeconfig:", err)
-		return statusError
+		return fail("loading kubeconfig:", err)
 	}
 	scheme, err := syncer.Scheme()
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status:", err)
-		return statusError
+		return fail(err)
 	}
 	c, err := client.New(restCfg, client.Options{Scheme: scheme})
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status:", err)
-		return statusError
+		return fail(err)
 	}
 	report, err := syncer.Status(ctx, c, o, time.Now())
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status:", err)
-		return statusError
+		return fail(err)
 	}
 	if output == "json" {
 		err = report.WriteJSON(stdout)
@@ -62,8 +63,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = report.WriteText(stdout)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "dualca status:", err)
-		return statusError
+		return fail(err)
 	}
 	if len(report.Attention) > 0 {
 		return statusAttention

@@ -218,7 +218,7 @@ func ruleTests(t *testing.T) []string {
 func TestRenderedRulesPassPromtool(t *testing.T) {
 	_, rules := render(t, "dualca", testValues...)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, rulesFile), rules, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, rulesFile), rules, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := promtool(t, dir, "check", "rules", rulesFile); err != nil {
@@ -233,7 +233,7 @@ func TestRenderedRulesPassPromtool(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(dir, name), test, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, name), test, 0o600); err != nil {
 					t.Fatal(err)
 				}
 				if out, err := promtool(t, dir, "test", "rules", name); err != nil {
@@ -349,7 +349,7 @@ func TestThresholdsComeFromValues(t *testing.T) {
 				t.Errorf("with %q, %s is the same as with the default values:\n%s", tc.set, tc.alert, got)
 			}
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, rulesFile), rules, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, rulesFile), rules, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := promtool(t, dir, "check", "rules", rulesFile); err != nil {

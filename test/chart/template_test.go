@@ -430,7 +430,7 @@ spec:
 `,
 	}
 	for name, content := range files {
-		g.Expect(os.MkdirAll(filepath.Dir(filepath.Join(gateway, name)), 0o755)).To(Succeed())
+		g.Expect(os.MkdirAll(filepath.Dir(filepath.Join(gateway, name)), 0o750)).To(Succeed())
 		g.Expect(os.WriteFile(filepath.Join(gateway, name), []byte(content), 0o600)).To(Succeed())
 	}
 

@@ -8,6 +8,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,16 +96,21 @@ func TestMetricsFollowARotation(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dualca stopped with an error: %v", err)
+		}
+	}()
 
 	scrape := func() (map[string]*dto.MetricFamily, error) {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
 		parser := expfmt.NewTextParser(model.UTF8Validation)
-		return parser.TextToMetricFamilies(resp.Body)
+		families, err := parser.TextToMetricFamilies(resp.Body)
+		return families, errors.Join(err, resp.Body.Close())
 	}
 	// value is the metric's value for the labels given as k=v pairs; -1
 	// when there is no such series.
@@ -257,6 +263,9 @@ func freeAddress(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -40,7 +40,7 @@ func Start(ctx context.Context, t testing.TB, rc *rest.Config, cfg syncer.Config
 	if err != nil {
 		t.Fatalf("creating dualca: %v", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx) //nolint:gosec // G118: Stop calls it, and t.Cleanup calls Stop
 	d := &Dualca{R: r, cancel: cancel, done: make(chan struct{}), logs: logs}
 	go func() {
 		defer close(d.done)

@@ -1,6 +1,7 @@
 # test/tools/tools.mk -- build the envtest control plane (kube-apiserver and
 # etcd) from Go modules, because setup-envtest cannot download binaries here,
-# and cert-manager's controller for the end-to-end tests.
+# and cert-manager's controller, helm, promtool and golangci-lint for the
+# tests and the linter.
 #
 # Include it from the top-level Makefile:
 #
@@ -119,5 +120,24 @@ $(BIN)/promtool: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
 
 .PHONY: promtool
 promtool: $(BIN)/promtool ## build promtool into ./bin from Go modules (for the alert tests)
+
+# --- golangci-lint (for make lint) ------------------------------------------
+# cmd/golangci-lint is a main package: test/tools/golangci-lint/tools.go pins
+# it behind the `tools` build tag and it is built by import path from inside
+# that module. Built that way its build info only knows our tool module, so
+# the version, and the release date the proxy reports for it, are passed in
+# (without main.date it would print "(devel)").
+GOLANGCI_LINT_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/golangci-lint/go.mod,github.com/golangci/golangci-lint/v2)
+GOLANGCI_LINT_LDFLAGS ?= -s -w -X main.version=$(patsubst v%,%,$(GOLANGCI_LINT_VERSION)) -X main.commit=$(GOLANGCI_LINT_VERSION)
+
+$(BIN)/golangci-lint: $(TOOLS_MK_DIR)/golangci-lint/go.mod $(TOOLS_MK_DIR)/golangci-lint/go.sum $(TOOLS_MK_DIR)/golangci-lint/tools.go
+	@mkdir -p $(@D)
+	@echo "building golangci-lint $(GOLANGCI_LINT_VERSION) from Go modules (about a minute on two cores, once)"
+	cd $(TOOLS_MK_DIR)/golangci-lint && \
+	date=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Time.Format "2006-01-02T15:04:05Z"}}' github.com/golangci/golangci-lint/v2) && \
+	$(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags "$(GOLANGCI_LINT_LDFLAGS) -X main.date=$$date" -o $@.tmp github.com/golangci/golangci-lint/v2/cmd/golangci-lint && mv -f $@.tmp $@
+
+.PHONY: golangci-lint
+golangci-lint: $(BIN)/golangci-lint ## build golangci-lint into ./bin from Go modules (for make lint)
 
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))
