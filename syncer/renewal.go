@@ -107,7 +107,7 @@ type jitter[T comparable] struct {
 func (j *jitter[T]) When(item T) time.Duration {
 	d := j.TypedRateLimiter.When(item)
 	if j.max > 0 {
-		d += rand.N(j.max)
+		d += rand.N(j.max) //nolint:gosec // G404: jitter that spreads renewals; nothing secret
 	}
 	return d
 }

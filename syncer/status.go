@@ -166,47 +166,60 @@ func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector,
 
 // WriteText prints the report for people.
 func (r *Report) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "gateway\t%s\n", r.Gateway)
-	fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
+	// Every write goes through p, which keeps the first error: the
+	// results of the single writes are p's to check.
+	p := &printer{w: w}
+	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", r.Gateway)
+	_, _ = fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
 	phase := dash(r.Phase)
 	if r.RootAddedAt != nil && r.Phase != "" && r.Phase != string(bundle.PhaseSteady) {
 		phase += " (rotation started " + r.RootAddedAt.UTC().Format(time.RFC3339) + ")"
 	}
-	fmt.Fprintf(tw, "phase\t%s\n", phase)
+	_, _ = fmt.Fprintf(tw, "phase\t%s\n", phase)
 	if r.Root != nil {
 		state := "valid, " + r.Root.Fingerprint
 		if !r.Root.Valid {
 			state = "INVALID: " + r.Root.Reason
 		}
-		fmt.Fprintf(tw, "root secret\t%s (%s)\n", r.Root.Secret, state)
+		_, _ = fmt.Fprintf(tw, "root secret\t%s (%s)\n", r.Root.Secret, state)
 	}
 	if r.Clients != nil {
-		fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
+		_, _ = fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROOT\tSUBJECT\tNOT AFTER\tSTATUS")
+	_ = tw.Flush() // its errors are p's, kept in p.err
+	_, _ = fmt.Fprintln(p)
+	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "ROOT\tSUBJECT\tNOT AFTER\tSTATUS")
 	for _, b := range r.Roots {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Fingerprint, b.Subject, b.NotAfter.Format(time.RFC3339), b.status())
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Fingerprint, b.Subject, b.NotAfter.Format(time.RFC3339), b.status())
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
+	_ = tw.Flush()
+	_, _ = fmt.Fprintln(p)
 	if len(r.Attention) == 0 {
-		_, err := fmt.Fprintln(w, "attention: none")
-		return err
+		_, _ = fmt.Fprintln(p, "attention: none")
 	}
 	for _, a := range r.Attention {
-		if _, err := fmt.Fprintln(w, "attention: "+a); err != nil {
-			return err
-		}
+		_, _ = fmt.Fprintln(p, "attention: "+a)
 	}
-	return nil
+	return p.err
+}
+
+// printer is a writer that keeps the first error of the writes through it
+// and writes nothing after it, so that a report is printed without checking
+// every line and fails as a whole.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) Write(b []byte) (int, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	var n int
+	n, p.err = p.w.Write(b)
+	return n, p.err
 }
 
 // WriteJSON prints the report for scripts.

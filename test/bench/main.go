@@ -170,8 +170,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	if err := b.report.write(f, filepath.Base(o.plot)); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	b.log("wrote %s and %s", o.out, o.plot)

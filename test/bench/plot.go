@@ -45,11 +45,11 @@ func (r *report) plot(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	return nil
+	return f.Close()
 }
 
 func (r *report) latencyPlot() (*plot.Plot, error) {

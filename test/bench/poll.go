@@ -48,7 +48,7 @@ func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); _ = <-done }()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 			return nil, err
 		}
 		// The change must land anywhere in the interval, not just after a poll.
-		time.Sleep(rand.N(b.opts.poll))
+		time.Sleep(rand.N(b.opts.poll)) //nolint:gosec // G404: a random moment, nothing secret
 		mark := w.gw.mark()
 		sent, err := w.writeRoot(ctx, next)
 		if err != nil {
@@ -102,7 +102,7 @@ func (b *bench) atRest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); _ = <-done }()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return err
 	}

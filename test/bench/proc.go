@@ -15,8 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // process is a child of the benchmark: dualca or the baseline. It dies with
@@ -95,7 +93,7 @@ func (p *process) rss() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
@@ -116,21 +114,10 @@ func (p *process) scrape(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var b bytes.Buffer
 	_, err = b.ReadFrom(resp.Body)
 	return b.String(), err
-}
-
-// waitMetrics waits until the metrics endpoint answers.
-func (p *process) waitMetrics(ctx context.Context) error {
-	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := p.alive(); err != nil {
-			return false, err
-		}
-		_, err := p.scrape(ctx)
-		return err == nil, nil
-	})
 }
 
 // syncBuffer is a buffer the process writes to while the benchmark reads it.
@@ -156,8 +143,8 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }
 
 func tailOf(s string, n int) string {

@@ -62,7 +62,7 @@ func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, e
 	samples := make([]time.Duration, 0, b.opts.rotations)
 	for i := 1; i <= b.opts.rotations; i++ {
 		// A random pause, so rotations do not fall in step with anything.
-		time.Sleep(rand.N(20 * time.Millisecond))
+		time.Sleep(rand.N(20 * time.Millisecond)) //nolint:gosec // G404: a random pause, nothing secret
 		mark := w.gw.mark()
 		sent, err := w.writeRoot(ctx, roots[i])
 		if err != nil {

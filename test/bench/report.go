@@ -81,7 +81,7 @@ func firstLineWith(path, prefix string) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if strings.HasPrefix(s.Text(), prefix) {
@@ -106,7 +106,12 @@ func commandLineIn(dir, path string, args ...string) string {
 
 // write renders the report as Markdown.
 func (r *report) write(w io.Writer, plot string) error {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	var err error
+	p := func(format string, args ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
 	p("# Benchmarks")
 	p("")
 	p("Written by `make bench` (`go run ./test/bench`), which took %s. Every figure comes from a real", r.took.Round(time.Second))
@@ -130,7 +135,7 @@ func (r *report) write(w io.Writer, plot string) error {
 	r.writeMemory(p)
 	r.writeFanout(p)
 	r.writeBundle(p)
-	return nil
+	return err
 }
 
 func (r *report) writeTargets(p func(string, ...any)) {

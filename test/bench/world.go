@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -180,5 +179,3 @@ func (g *gatewayWatch) holds(ctx context.Context, mark int, root *certs.CA) (gat
 		return v.state.Root == fp
 	})
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
