@@ -48,7 +48,12 @@ func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { cancel(); _ = <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.log("dualca stopped with an error: %v", err)
+		}
+	}()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return nil, err
 	}
@@ -102,7 +107,12 @@ func (b *bench) atRest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() { cancel(); _ = <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.log("dualca stopped with an error: %v", err)
+		}
+	}()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return err
 	}
