@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -60,10 +61,11 @@ func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, e
 		return nil, err
 	}
 	samples := make([]time.Duration, 0, b.opts.rotations)
+	var fromWrite []time.Duration
 	for i := 1; i <= b.opts.rotations; i++ {
 		// A random pause, so rotations do not fall in step with anything.
 		time.Sleep(rand.N(20 * time.Millisecond)) //nolint:gosec // G404: a random pause, nothing secret
-		mark := w.gw.mark()
+		mark, rootMark := w.gw.mark(), w.rootSeen.mark()
 		sent, err := w.writeRoot(ctx, roots[i])
 		if err != nil {
 			return nil, err
@@ -72,7 +74,13 @@ func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, e
 		if err != nil {
 			return nil, fmt.Errorf("rotation %d: %w", i, err)
 		}
-		samples = append(samples, v.at.Sub(sent))
+		fp := bundle.Fingerprint(roots[i].Cert)
+		seen, err := w.rootSeen.waitFor(ctx, rootMark, 30*time.Second, "the new root", func(v gatewayVersion) bool { return v.cert == fp })
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, v.at.Sub(seen.at))
+		fromWrite = append(fromWrite, v.at.Sub(sent))
 		if _, err := w.gw.steadyOn(ctx, mark, roots[i]); err != nil {
 			return nil, fmt.Errorf("rotation %d: %w", i, err)
 		}
@@ -85,5 +93,6 @@ func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, e
 		return nil, err
 	}
 	b.report.dualcaHistogram = histogramSummary(metrics, "dualca_propagation_seconds")
+	b.report.fromWrite = append(b.report.fromWrite, fromWrite)
 	return samples, nil
 }

@@ -98,5 +98,24 @@ func histogramSummary(scrape, name string) string {
 	if count == 0 {
 		return "no observations"
 	}
-	return fmt.Sprintf("%.0f observations, mean %.1f ms", count, sum/count*1000)
+	out := fmt.Sprintf("%.0f observations, mean %.1f ms", count, sum/count*1000)
+	// The share within each bucket bound, up to the first that holds all.
+	var within []string
+	for line := range strings.SplitSeq(scrape, "\n") {
+		le, ok := strings.CutPrefix(line, name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		bound, rest, _ := strings.Cut(le, `"}`)
+		v, err1 := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		b, err2 := strconv.ParseFloat(bound, 64)
+		if err1 != nil || err2 != nil || len(within) > 0 && strings.HasSuffix(within[len(within)-1], " 100 %") {
+			continue
+		}
+		within = append(within, fmt.Sprintf("≤ %g ms: %.0f %%", b*1000, v/count*100))
+	}
+	if len(within) > 0 {
+		out += " (" + strings.Join(within, ", ") + ")"
+	}
+	return out
 }

@@ -29,6 +29,8 @@ type world struct {
 	ns   string
 	root *corev1.Secret // as last written
 	gw   *gatewayWatch
+	// rootSeen is the history of the root Secret, as watchers see it.
+	rootSeen *gatewayWatch
 }
 
 func (b *bench) newWorld(ctx context.Context, ns string) (*world, error) {
@@ -70,13 +72,23 @@ func (w *world) writeRoot(ctx context.Context, ca *certs.CA) (time.Time, error) 
 }
 
 // watchGateway starts recording every version of the gateway Secret with
-// the moment it arrived.
-func (w *world) watchGateway(ctx context.Context) error {
+// the moment it arrived, and of the root Secret.
+func (w *world) watchGateway(ctx context.Context) (err error) {
+	if w.gw, err = w.watchSecret(ctx, gatewayName); err != nil {
+		return err
+	}
+	w.rootSeen, err = w.watchSecret(ctx, rootName)
+	return err
+}
+
+// watchSecret records every version of one Secret with the moment it
+// arrived through a watch, as dualca and the gateway receive them.
+func (w *world) watchSecret(ctx context.Context, name string) (*gatewayWatch, error) {
 	secrets := w.b.cs.CoreV1().Secrets(w.ns)
-	sel := fields.OneTermEqualSelector("metadata.name", gatewayName).String()
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.FieldSelector = sel
@@ -84,11 +96,11 @@ func (w *world) watchGateway(ctx context.Context) error {
 	}}
 	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, lw)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w.gw = &gatewayWatch{changed: make(chan struct{})}
+	h := &gatewayWatch{changed: make(chan struct{})}
 	for i := range list.Items {
-		w.gw.add(time.Now(), &list.Items[i])
+		h.add(time.Now(), &list.Items[i])
 	}
 	go func() {
 		defer rw.Stop()
@@ -101,12 +113,12 @@ func (w *world) watchGateway(ctx context.Context) error {
 					return
 				}
 				if s, isSecret := e.Object.(*corev1.Secret); isSecret && e.Type != watch.Deleted {
-					w.gw.add(time.Now(), s)
+					h.add(time.Now(), s)
 				}
 			}
 		}
 	}()
-	return nil
+	return h, nil
 }
 
 // gatewayVersion is a version of the gateway Secret as it arrived.
@@ -114,6 +126,8 @@ type gatewayVersion struct {
 	at    time.Time
 	state bundle.State
 	roots int
+	// cert is the fingerprint of the first certificate of tls.crt.
+	cert string
 }
 
 // gatewayWatch is the history of the gateway Secret.
@@ -126,6 +140,9 @@ type gatewayWatch struct {
 func (g *gatewayWatch) add(at time.Time, s *corev1.Secret) {
 	v := gatewayVersion{at: at, state: bundle.ParseState(s.Annotations)}
 	v.roots = strings.Count(string(s.Data["ca.crt"]), "-----BEGIN CERTIFICATE-----")
+	if cs, err := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey]); err == nil {
+		v.cert = bundle.Fingerprint(cs[0])
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.versions = append(g.versions, v)
