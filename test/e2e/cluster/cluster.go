@@ -140,6 +140,20 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The API server's certificates live in a directory of ours rather than
+	// one envtest makes and removes when the API server stops: so
+	// RestartAPIServer brings it back with the serving certificate that every
+	// client's configuration already trusts.
+	certDir := filepath.Join(dir, "kube-apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	apiServer := &envtest.APIServer{CertDir: certDir}
+	// Stopped with watches open, kube-apiserver waits for them to end and
+	// outlasted envtest's 20 s stop timeout: it closes them after two
+	// seconds instead, and their clients reconnect, as during a control
+	// plane's upgrade.
+	apiServer.Configure().Set("shutdown-watch-termination-grace-period", "2s")
 	c := &Cluster{opts: opts, Dir: dir,
 		Kubeconfig:     filepath.Join(dir, "kubeconfig"),
 		CertManagerLog: filepath.Join(dir, "cert-manager.log"),
@@ -148,6 +162,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			CRDDirectoryPaths:        []string{opts.CRDDir},
 			ErrorIfCRDPathMissing:    true,
 			ControlPlaneStartTimeout: time.Minute, // two cores, other tests running
+			ControlPlane:             envtest.ControlPlane{APIServer: apiServer},
 		},
 	}
 	defer func() {
@@ -263,6 +278,47 @@ func (c *Cluster) StopCertManager() error {
 		return fmt.Errorf("cert-manager exited: %w", cm.err)
 	}
 	return nil
+}
+
+// RestartAPIServer stops kube-apiserver gracefully (SIGTERM, as a rolling
+// update of a control plane does), leaves it down for down, and starts it
+// again on the same address, with the same serving certificate and client
+// CA, over the same etcd, which keeps running: every object survives, and
+// clients (cert-manager, dualca, the test's own) see their watches and
+// requests fail, then reconnect by themselves. It returns once the new
+// API server answers /healthz. ctx bounds the whole restart.
+//
+// envtest's APIServer supports Start after Stop: Start prepares a new
+// process from the same settings (port, arguments, the client CA of the
+// users already added). What it does not keep by default is the directory
+// of the serving certificate, which it makes on its own and removes on Stop;
+// the restarted API server would then present a certificate from a new CA,
+// which no existing client trusts. Start therefore gives it a directory of
+// the cluster's.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	if c.env == nil || c.env.ControlPlane.APIServer == nil {
+		return errors.New("the control plane is not running")
+	}
+	apiServer := c.env.ControlPlane.APIServer
+	if err := apiServer.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("restarting kube-apiserver: %w", ctx.Err())
+	case <-time.After(down):
+	}
+	started := make(chan error, 1)
+	go func() { started <- apiServer.Start() }()
+	select {
+	case err := <-started:
+		if err != nil {
+			return fmt.Errorf("starting kube-apiserver again: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("starting kube-apiserver again: %w", ctx.Err())
+	}
 }
 
 // exited is an error if cert-manager ought to run but has exited, so that

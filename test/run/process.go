@@ -1,0 +1,198 @@
+package run
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dualca/dualca/test/controlplane"
+)
+
+// Process is dualca's real binary running as a child of the test process:
+// for what only a process can show, such as being killed with SIGKILL in the
+// middle of a rotation, or two replicas electing a leader.
+type Process struct {
+	// Pid is the child's process id.
+	Pid int
+
+	cmd  *exec.Cmd
+	logs *buffer
+	done chan struct{} // closed once the child has exited
+	err  error         // its exit status, set before done is closed
+
+	mu    sync.Mutex
+	ended string // "killed" or "stopped" once the test asked for the end
+}
+
+// stopTimeout is how long Stop waits after SIGTERM before SIGKILL: dualca
+// releases its lease and returns well within it.
+const stopTimeout = 10 * time.Second
+
+// StartProcess builds dualca (once per test binary, see Binary) and starts
+// it with args and --kubeconfig=kubeconfig. Its standard output and error
+// are collected (Log). When the test ends it is stopped, its log is checked
+// to hold no certificate or key material and is shown if the test failed;
+// a process that exited without being asked to fails the test. On Linux it
+// is also killed when the test process dies, however that happens.
+func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatalf("building dualca: %v", err)
+	}
+	p := &Process{logs: &buffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, append(slices.Clone(args), "--kubeconfig="+kubeconfig)...)
+	// One writer for both: exec then copies both through one pipe, in order.
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := startChild(p.cmd); err != nil {
+		t.Fatalf("starting dualca: %v", err)
+	}
+	p.Pid = p.cmd.Process.Pid
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		unasked := p.exitedUnasked()
+		stopErr := p.Stop()
+		if unasked {
+			t.Errorf("dualca (pid %d) exited by itself: %v", p.Pid, p.err)
+		} else if stopErr != nil {
+			t.Errorf("dualca (pid %d): %v", p.Pid, stopErr)
+		}
+		// Secrets stay secret: no PEM, not even a line of one, in the log.
+		if log := p.Log(); strings.Contains(log, "-----BEGIN") || strings.Contains(log, "MIIB") {
+			t.Errorf("dualca's log (pid %d) contains certificate or key material", p.Pid)
+		}
+		if t.Failed() {
+			t.Logf("dualca log (pid %d, %s):\n%s", p.Pid, p.how(), p.Log())
+		}
+	})
+	return p
+}
+
+// Kill sends SIGKILL and waits until the process is gone: no cleanup of any
+// kind runs in it, as when a node dies or the OOM killer strikes. Killing an
+// ended process does nothing.
+func (p *Process) Kill() {
+	p.end("killed", syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop sends SIGTERM, as the kubelet does, and waits for the exit; after
+// stopTimeout it kills the process and says so. It returns an error when
+// dualca did not exit cleanly. Stopping an ended process does nothing.
+func (p *Process) Stop() error {
+	if !p.end("stopped", syscall.SIGTERM) {
+		return nil
+	}
+	select {
+	case <-p.done:
+	case <-time.After(stopTimeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("ignored SIGTERM for %s and was killed", stopTimeout)
+	}
+	if p.err != nil {
+		return fmt.Errorf("exited uncleanly after SIGTERM: %w", p.err)
+	}
+	return nil
+}
+
+// Exited reports whether the process has exited, for whatever reason.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Log is what dualca wrote to its standard output and error so far.
+func (p *Process) Log() string { return p.logs.String() }
+
+// end records why the process ends and signals it, unless it had ended or
+// been asked to already; it reports whether it signalled.
+func (p *Process) end(why string, sig syscall.Signal) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended != "" || p.Exited() {
+		if p.ended == "" {
+			p.ended = "exited"
+		}
+		return false
+	}
+	p.ended = why
+	_ = p.cmd.Process.Signal(sig)
+	return true
+}
+
+// exitedUnasked reports whether the process exited before the test asked.
+func (p *Process) exitedUnasked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ended == "" && p.Exited()
+}
+
+// how tells how the process ended, for its log's heading.
+func (p *Process) how() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended == "" {
+		return "running"
+	}
+	return fmt.Sprintf("%s, exit status %v", p.ended, p.err)
+}
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary builds cmd/dualca once per test binary and returns its path. The
+// build cache makes it quick after the first time. The binary goes to a
+// directory of the temporary directory named after the repository: a test
+// binary has no hook to remove a directory of its own when it exits, and
+// one binary per checkout, replaced by every build, leaves nothing to pile
+// up. It is built beside and renamed into place, so a test binary of
+// another package building at the same moment never runs half a file.
+func Binary() (string, error) {
+	build.once.Do(func() {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			build.err = err
+			return
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "dualca-test-"+hex.EncodeToString(sum[:6]))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			build.err = err
+			return
+		}
+		tmp := filepath.Join(dir, fmt.Sprintf("dualca.%d.tmp", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, "./cmd/dualca")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
+			build.err = fmt.Errorf("go build ./cmd/dualca: %w\n%s", err, out)
+			return
+		}
+		build.path = filepath.Join(dir, "dualca")
+		if err := os.Rename(tmp, build.path); err != nil {
+			build.err = errors.Join(err, os.Remove(tmp))
+		}
+	})
+	return build.path, build.err
+}
