@@ -8,6 +8,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +51,7 @@ type renewer struct {
 	cache  client.Reader
 	legacy bool
 	now    func() time.Time
+	logger logr.Logger
 
 	mu sync.Mutex
 	// queued are the clients in the queue and not yet taken by the worker:
@@ -71,8 +73,9 @@ type renewer struct {
 	results map[string]int
 }
 
-// actedFor bounds how long a client acted on is left alone when the cache
-// never shows the issuance (cert-manager finished or failed it in between).
+// actedFor bounds how long a client acted on is left alone while it still
+// looks due: a stale cache, or an issuance that failed (cert-manager then
+// retries on its own schedule as well).
 const actedFor = 30 * time.Second
 
 // dueClient is what the decision knew of a client due for renewal.
@@ -120,6 +123,7 @@ func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer
 		writer:  writer,
 		reader:  reader,
 		legacy:  cfg.Legacy,
+		logger:  cfg.Logger,
 		now:     cfg.Clock.Now,
 		queued:  map[types.NamespacedName]bool{},
 		backoff: map[types.NamespacedName]bool{},
@@ -143,7 +147,11 @@ func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[ty
 	}
 	now := w.now()
 	for key, at := range w.acted {
-		if _, still := due[key]; !still || inFlight[key] || now.Sub(at) >= actedFor {
+		// Seen in flight is not enough: the Certificate and the Secret are
+		// watched apart, and after a lost connection the Secret may show
+		// the old leaf after cert-manager finished (a second issuance for
+		// nothing). Only a renewed client, or the wait running out, ends it.
+		if _, still := due[key]; !still && !inFlight[key] || now.Sub(at) >= actedFor {
 			delete(w.acted, key)
 		}
 	}
@@ -161,6 +169,10 @@ func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[ty
 
 // Start runs the worker until ctx ends.
 func (w *renewer) Start(ctx context.Context) error {
+	// A runnable's context carries no logger: give it dualca's.
+	if w.logger.GetSink() != nil {
+		ctx = logf.IntoContext(ctx, w.logger.WithName("renewer"))
+	}
 	go func() {
 		<-ctx.Done()
 		w.queue.ShutDown()

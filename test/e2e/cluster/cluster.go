@@ -232,17 +232,17 @@ func (c *Cluster) startChild() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer logFile.Close() // the child has its own copy
+	defer func() { _ = logFile.Close() }() // the child has its own copy
 	stdin, stdinWriter, err := os.Pipe()
 	if err != nil {
 		return "", err
 	}
-	defer stdin.Close()
+	defer func() { _ = stdin.Close() }()
 	args := append([]string{"-kubeconfig", c.Kubeconfig, "-stop-on-stdin-close", "-v=2"}, c.opts.CertManagerArgs...)
 	cm := &child{cmd: exec.Command(c.opts.CertManager, args...), stdin: stdinWriter, done: make(chan struct{})}
 	cm.cmd.Stdin, cm.cmd.Stdout, cm.cmd.Stderr = stdin, logFile, logFile
 	if err := cm.cmd.Start(); err != nil {
-		stdinWriter.Close()
+		_ = stdinWriter.Close()
 		return "", fmt.Errorf("starting %s (run `make cert-manager`): %w", c.opts.CertManager, err)
 	}
 	go func() {
@@ -264,7 +264,7 @@ func (c *Cluster) StopCertManager() error {
 		return nil
 	}
 	c.cm = nil
-	defer cm.stdin.Close()
+	defer func() { _ = cm.stdin.Close() }()
 	_ = cm.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-cm.done:
@@ -332,7 +332,7 @@ func (c *Cluster) exited() error {
 	}
 	select {
 	case <-cm.done:
-		return fmt.Errorf("cert-manager exited (%v), see %s", cm.err, c.CertManagerLog)
+		return fmt.Errorf("cert-manager exited (%w), see %s", cm.err, c.CertManagerLog)
 	default:
 		return nil
 	}
