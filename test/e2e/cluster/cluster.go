@@ -332,6 +332,9 @@ func (c *Cluster) exited() error {
 	}
 	select {
 	case <-cm.done:
+		if cm.err == nil {
+			return fmt.Errorf("cert-manager exited with status 0, see %s", c.CertManagerLog)
+		}
 		return fmt.Errorf("cert-manager exited (%w), see %s", cm.err, c.CertManagerLog)
 	default:
 		return nil
