@@ -78,6 +78,10 @@ type Cluster struct {
 	// Dir is a temporary directory holding both files, removed by Stop.
 	Dir string
 
+	// envMu is held while envtest starts; envStarting says it was started.
+	envMu       sync.Mutex
+	envStarting bool
+
 	opts Options
 	env  *envtest.Environment
 
@@ -177,7 +181,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if !opts.NoSignalHandler {
 		track(c)
 	}
-	if c.RESTConfig, err = c.env.Start(); err != nil {
+	// Held while envtest starts, so that a Stop from the signal handler
+	// waits for etcd and kube-apiserver to exist, then stops them.
+	c.envMu.Lock()
+	c.RESTConfig, err = c.env.Start()
+	c.envStarting = true
+	c.envMu.Unlock()
+	if err != nil {
 		return c, fmt.Errorf("starting the control plane from %s (run `make control-plane`): %w", opts.AssetsDir, err)
 	}
 	if err := c.writeKubeconfig(); err != nil {
@@ -346,7 +356,10 @@ func (c *Cluster) exited() error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		c.stopErr = c.StopCertManager()
-		if c.RESTConfig != nil { // envtest started
+		c.envMu.Lock()
+		started := c.envStarting // even a failed start may leave etcd running
+		c.envMu.Unlock()
+		if started {
 			c.stopErr = errors.Join(c.stopErr, c.env.Stop())
 		}
 		c.stopErr = errors.Join(c.stopErr, os.RemoveAll(c.Dir))
