@@ -92,23 +92,13 @@ type ruleTestFile struct {
 	} `json:"tests"`
 }
 
-// repoRoot is the repository, found from the test's working directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // tool returns the path of a binary from bin/, or from $env when set,
 // failing the test with what to run when it is missing.
 func tool(t *testing.T, name, env string) string {
 	t.Helper()
 	path := os.Getenv(env)
 	if path == "" {
-		path = filepath.Join(repoRoot(t), "bin", name)
+		path = filepath.Join(controlplane.TestRepoRoot(t), "bin", name)
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no %s at %s (run `make %s`, or set $%s): %v", name, path, name, env, err)
@@ -132,7 +122,7 @@ func run(cmd *exec.Cmd) ([]byte, error) {
 func helmTemplate(t *testing.T, release string, args ...string) ([][]byte, error) {
 	t.Helper()
 	cmd := exec.Command(tool(t, "helm", "HELM"),
-		append([]string{"template", release, filepath.Join(repoRoot(t), "charts", "dualca")}, args...)...)
+		append([]string{"template", release, filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca")}, args...)...)
 	// No user's helm configuration, cache or plugins.
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
@@ -205,7 +195,7 @@ func promtool(t *testing.T, dir string, args ...string) ([]byte, error) {
 // ruleTests returns the promtool rule test files of the chart.
 func ruleTests(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "charts", "dualca", "tests", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca", "tests", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

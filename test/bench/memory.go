@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // unrelatedSize is the data of each unrelated Secret.
@@ -63,16 +65,16 @@ func (b *bench) memoryPoint(ctx context.Context, w *world) (memoryPoint, error) 
 	if err != nil {
 		return memoryPoint{}, err
 	}
-	port, err := freePort()
+	metrics, err := controlplane.FreeAddress()
 	if err != nil {
 		return memoryPoint{}, err
 	}
 	base, err := startProcess("baseline", self, baselineCommand, "--kubeconfig="+b.cluster.Kubeconfig, "--namespace="+w.ns,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port))
+		"--metrics-bind-address="+metrics)
 	if err != nil {
 		return memoryPoint{}, err
 	}
-	base.metrics = fmt.Sprintf("127.0.0.1:%d", port)
+	base.metrics = metrics
 	defer base.stop()
 	d, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent")
 	if err != nil {

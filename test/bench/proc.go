@@ -6,15 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dualca/dualca/test/controlplane"
+	dualcarun "github.com/dualca/dualca/test/run"
 )
 
 // process is a child of the benchmark: dualca or the baseline. It dies with
@@ -22,7 +23,7 @@ import (
 type process struct {
 	name   string
 	cmd    *exec.Cmd
-	log    syncBuffer
+	log    dualcarun.Buffer
 	exited chan struct{}
 	// metrics is the address of its metrics endpoint, "" when it has none.
 	metrics string
@@ -46,11 +47,10 @@ func startProcess(name, path string, args ...string) (*process, error) {
 // startDualca runs the dualca binary against the cluster with args added to
 // the kubeconfig and a metrics endpoint of its own.
 func (b *bench) startDualca(args ...string) (*process, error) {
-	port, err := freePort()
+	addr, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	all := append([]string{"--kubeconfig=" + b.cluster.Kubeconfig, "--metrics-bind-address=" + addr,
 		"--health-probe-bind-address=0", "--zap-log-level=error"}, args...)
 	p, err := startProcess("dualca", b.dualca, all...)
@@ -118,33 +118,6 @@ func (p *process) scrape(ctx context.Context) (string, error) {
 	var b bytes.Buffer
 	_, err = b.ReadFrom(resp.Body)
 	return b.String(), err
-}
-
-// syncBuffer is a buffer the process writes to while the benchmark reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
 }
 
 func tailOf(s string, n int) string {

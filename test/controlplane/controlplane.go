@@ -1,15 +1,19 @@
-// Package controlplane tells the tests, the demo and the e2e harness where
-// the kube-apiserver and etcd binaries are: $KUBEBUILDER_ASSETS when set,
-// else the repository's bin, where `make control-plane` builds them.
+// Package controlplane tells the tests, the demo, the benchmark and the e2e
+// harness where things are on this machine: the kube-apiserver and etcd
+// binaries ($KUBEBUILDER_ASSETS when set, else the repository's bin, where
+// `make control-plane` builds them), cert-manager's CRDs, the repository,
+// and a free local address for the endpoints of a process about to start.
 package controlplane
 
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // Assets is the directory holding kube-apiserver and etcd, for
@@ -58,4 +62,25 @@ func CertManagerCRDs() (string, error) {
 		return "", fmt.Errorf("locating the cert-manager module: %w", err)
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
+}
+
+// FreeAddress is a loopback address, host:port, with a port nobody listens
+// on now: for the metrics or health endpoint of a process started next.
+func FreeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+// TestRepoRoot is RepoRoot for a test, which fails when there is none.
+func TestRepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // stopTimeout is how long dualca gets to shut down after SIGTERM.
@@ -24,7 +25,7 @@ const stopTimeout = 10 * time.Second
 // demo, so that everything seen comes from the watches. Its log is at info
 // level: kept, shown with -v or when it fails, and checked for key material.
 func dualcaArgs(kubeconfig string, legacy bool) ([]string, error) {
-	port, err := freePort()
+	probes, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, fmt.Errorf("finding a free port for dualca's health probes: %w", err)
 	}
@@ -40,22 +41,13 @@ func dualcaArgs(kubeconfig string, legacy bool) ([]string, error) {
 		"--renewal-burst=" + strconv.Itoa(renewalBurst),
 		"--poll-interval=5m",
 		"--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(port),
+		"--health-probe-bind-address=" + probes,
 		"--zap-log-level=info",
 	}
 	if legacy {
 		args = append(args, "--cert-management-legacy")
 	}
 	return args, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // dualcaProcess is the running dualca binary.

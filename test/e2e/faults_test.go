@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -33,6 +32,7 @@ import (
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/controlplane"
 	"github.com/dualca/dualca/test/e2e/cluster"
 	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
@@ -372,7 +372,9 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 	replicas := make([]replica, 2)
 	for i := range replicas {
 		ro := o
-		ro.MetricsBindAddress = freeAddr(t)
+		addr, err := controlplane.FreeAddress()
+		s.g.Expect(err).NotTo(HaveOccurred())
+		ro.MetricsBindAddress = addr
 		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(processArgs(ro), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
@@ -592,18 +594,6 @@ func processArgs(o flags.Options) []string {
 		args = append(args, "--client-selector="+o.ClientSelector.String(), "--client-namespaces="+strings.Join(o.ClientNamespaces, ","))
 	}
 	return args
-}
-
-// freeAddr is a local address nothing listens on right now, for a child's
-// metrics endpoint.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 // scrape reads the metrics served at addr.

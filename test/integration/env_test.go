@@ -23,6 +23,7 @@ import (
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/controlplane"
 	dualcarun "github.com/dualca/dualca/test/run"
 )
 
@@ -57,6 +58,14 @@ func newSetup(t *testing.T) *setup {
 }
 
 // options are dualca's flags for this world, as the binary would get them.
+// freeAddress is a local address for a health endpoint.
+func (s *setup) freeAddress() string {
+	s.t.Helper()
+	addr, err := controlplane.FreeAddress()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	return addr
+}
+
 func (s *setup) options() flags.Options {
 	o := flags.Defaults()
 	o.RootSecret, o.GatewaySecret = s.root, s.gateway

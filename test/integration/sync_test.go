@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -331,7 +330,7 @@ func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	o := s.options()
-	o.HealthProbeBindAddress = freeAddress(t)
+	o.HealthProbeBindAddress = s.freeAddress()
 	s.start(syncer.Config{Options: o})
 	probe := func(path string) func() (int, error) {
 		return func() (int, error) {
@@ -366,7 +365,7 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	// A second replica waits as a standby: it syncs nothing, yet it is
 	// ready, so a rolling update does not stall on it.
 	standby := o
-	standby.HealthProbeBindAddress = freeAddress(t)
+	standby.HealthProbeBindAddress = s.freeAddress()
 	d := s.start(syncer.Config{Options: standby})
 	s.g.Eventually(func() (int, error) {
 		resp, err := http.Get("http://" + standby.HealthProbeBindAddress + "/readyz")
@@ -376,18 +375,4 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 		return resp.StatusCode, resp.Body.Close()
 	}).Should(Equal(http.StatusOK))
 	s.g.Consistently(d.r.Reconciles, time.Second).Should(BeZero(), "the standby does not reconcile")
-}
-
-// freeAddress is a loopback address with a port nobody listens on.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

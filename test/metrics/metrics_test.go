@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,7 +82,10 @@ func TestMetricsFollowARotation(t *testing.T) {
 		})).To(Succeed())
 	}
 
-	addr := freeAddress(t)
+	addr, err := controlplane.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
 	o := flags.Defaults()
 	o.RootSecret = types.NamespacedName{Namespace: ns, Name: "root-ca"}
 	o.GatewaySecret = types.NamespacedName{Namespace: ns, Name: "gateway-credential"}
@@ -172,7 +173,7 @@ func TestMetricsFollowARotation(t *testing.T) {
 			names = append(names, name)
 		}
 	}
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "metrics.md"))
+	doc, err := os.ReadFile(filepath.Join(controlplane.TestRepoRoot(t), "docs", "metrics.md"))
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, name := range names {
 		g.Expect(string(doc)).To(ContainSubstring("`"+name+"`"), "docs/metrics.md describes %s", name)
@@ -234,38 +235,14 @@ func startEnv(t *testing.T) *envtest.Environment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("go", "-C", repoRoot(t), "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+	crds, err := controlplane.CertManagerCRDs()
 	if err != nil {
-		t.Fatalf("locating cert-manager's CRDs: %v", err)
+		t.Fatal(err)
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths: []string{filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")}, ErrorIfCRDPathMissing: true}
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
 	if _, err := env.Start(); err != nil {
 		t.Fatalf("starting the control plane from %s (run `make control-plane`): %v", assets, err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	return env
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// freeAddress is a loopback address with a port nobody listens on now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

@@ -72,9 +72,7 @@ func TestTrustedClientsAreAccepted(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	r1 := certs.MustCA(t, "R1", time.Hour)
-	server := issue(t, r1, "gateway.mtls.svc")
-	w.putPair("gateway", server, r1)
-	gw := w.gateway("gateway")
+	server, gw := w.serve(t, r1)
 	w.g.Expect(gw.ServerChain()).To(HaveExactElements(equalCert(server.Cert)))
 	w.g.Expect(gw.ClientCAs()).To(HaveExactElements(equalCert(r1.Cert)))
 
@@ -112,8 +110,7 @@ func TestRefusedHandshakesAreCountedOnBothSides(t *testing.T) {
 	w := newWorld(t)
 	r1 := certs.MustCA(t, "R1", time.Hour)
 	other := certs.MustCA(t, "other root", time.Hour)
-	w.putPair("gateway", issue(t, r1, "gateway.mtls.svc"), r1)
-	gw := w.gateway("gateway")
+	_, gw := w.serve(t, r1)
 	now := time.Now()
 
 	tests := map[string]struct {
@@ -166,9 +163,7 @@ func TestGatewayReloadsItsSecret(t *testing.T) {
 	w := newWorld(t)
 	r1 := certs.MustCA(t, "R1", time.Hour)
 	r2 := certs.MustCA(t, "R2", time.Hour)
-	server := issue(t, r1, "gateway.mtls.svc")
-	w.putPair("gateway", server, r1)
-	gw := w.gateway("gateway")
+	server, gw := w.serve(t, r1)
 	old := w.client(w.putPair("old", issue(t, r1, "old"), r1))
 	early := w.client(w.putPair("early", issue(t, r2, "early"), r1))
 	w.g.Eventually(old.Stats).Should(HaveField("ConsecutiveSuccesses", BeNumerically(">=", 3)))
@@ -193,9 +188,7 @@ func TestGatewayKeepsItsLastGoodCredential(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	r1 := certs.MustCA(t, "R1", time.Hour)
-	server := issue(t, r1, "gateway.mtls.svc")
-	w.putPair("gateway", server, r1)
-	gw := w.gateway("gateway")
+	server, gw := w.serve(t, r1)
 	c := w.client(w.putPair("agent", issue(t, r1, "agent"), r1))
 	w.g.Eventually(c.Stats).Should(HaveField("Successes", BeNumerically(">=", 1)))
 
@@ -240,9 +233,7 @@ func TestCrossSignedChainSatisfiesBothRoots(t *testing.T) {
 	w.g.Expect(cross.Cert.RawSubject).To(Equal(r1.Cert.RawSubject))
 	w.g.Expect(cross.Cert.CheckSignatureFrom(r2.Cert)).To(Succeed())
 
-	server := issue(t, r1, "gateway.mtls.svc")
-	w.putPair("gateway", server, r1)
-	gw := w.gateway("gateway")
+	server, gw := w.serve(t, r1)
 	trustsR1 := w.client(w.putPair("trusts-r1", issue(t, r1, "trusts-r1"), r1))
 	trustsR2 := w.client(w.putPair("trusts-r2", issue(t, r1, "trusts-r2"), r2))
 	trustsR3 := w.client(w.putPair("trusts-r3", issue(t, r1, "trusts-r3"), r3))
@@ -288,6 +279,15 @@ func newG(t *testing.T) *WithT {
 	g.SetDefaultEventuallyTimeout(10 * time.Second)
 	g.SetDefaultEventuallyPollingInterval(10 * time.Millisecond)
 	return g
+}
+
+// serve writes the gateway's Secret as cert-manager would, a server
+// certificate from root and root as ca.crt, and starts the gateway on it.
+func (w *world) serve(t *testing.T, root *certs.CA) (*certs.CA, *mtls.Gateway) {
+	t.Helper()
+	server := issue(t, root, "gateway.mtls.svc")
+	w.putPair("gateway", server, root)
+	return server, w.gateway("gateway")
 }
 
 // gateway starts a gateway for the Secret name and waits until it has loaded

@@ -26,7 +26,7 @@ type Process struct {
 	Pid int
 
 	cmd  *exec.Cmd
-	logs *buffer
+	logs *Buffer
 	done chan struct{} // closed once the child has exited
 	err  error         // its exit status, set before done is closed
 
@@ -50,7 +50,7 @@ func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	if err != nil {
 		t.Fatalf("building dualca: %v", err)
 	}
-	p := &Process{logs: &buffer{}, done: make(chan struct{})}
+	p := &Process{logs: &Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append(slices.Clone(args), "--kubeconfig="+kubeconfig)...)
 	// One writer for both: exec then copies both through one pipe, in order.
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

@@ -25,14 +25,14 @@ type Dualca struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
-	logs   *buffer
+	logs   *Buffer
 }
 
 // Start runs dualca against rc with cfg until ctx ends, Stop is called or
 // the test ends. cfg.Logger, when not set, writes to a buffer of the test.
 func Start(ctx context.Context, t testing.TB, rc *rest.Config, cfg syncer.Config) *Dualca {
 	t.Helper()
-	logs := &buffer{}
+	logs := &Buffer{}
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = ctrlzap.New(ctrlzap.WriteTo(logs), ctrlzap.Level(zapcore.InfoLevel))
 	}
@@ -70,19 +70,20 @@ func (d *Dualca) Stop() {
 // Log is what dualca logged so far.
 func (d *Dualca) Log() string { return d.logs.String() }
 
-// buffer collects the log; the manager writes from many goroutines.
-type buffer struct {
+// Buffer collects a log that many goroutines (or a child's output
+// copiers) write to while others read it.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *buffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *buffer) String() string {
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
