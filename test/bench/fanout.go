@@ -28,10 +28,6 @@ func (b *bench) fanOut(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n := b.opts.fanout
-	w, err := b.newWorld(ctx, "fanout")
-	if err != nil {
-		return err
-	}
 	r1, err := newRoot("fanout-root-1")
 	if err != nil {
 		return err
@@ -40,7 +36,8 @@ func (b *bench) fanOut(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.writeRoot(ctx, r1); err != nil {
+	w, err := b.newWorld(ctx, "fanout", r1)
+	if err != nil {
 		return err
 	}
 	began := time.Now()
@@ -48,9 +45,6 @@ func (b *bench) fanOut(ctx context.Context) error {
 		return err
 	}
 	b.log("created %d client Certificates and Secrets in %s", n, time.Since(began).Round(time.Second))
-	if err := w.watchGateway(ctx); err != nil {
-		return err
-	}
 	triggered, err := b.watchIssuing(ctx, w.ns)
 	if err != nil {
 		return err

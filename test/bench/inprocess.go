@@ -17,8 +17,8 @@ import (
 
 // startInProcess runs dualca inside the benchmark, for what the binary
 // cannot show: the poll alone (watches disabled, a test knob) and every
-// request it makes (through a counting transport). It stops when ctx ends.
-func (b *bench) startInProcess(ctx context.Context, disableWatches bool, counter *requestCounter, args ...string) (<-chan error, error) {
+// request it makes (through a counting transport). stop ends it and waits.
+func (b *bench) startInProcess(ctx context.Context, disableWatches bool, counter *requestCounter, args ...string) (stop func(), err error) {
 	opts, err := flags.Parse("dualca", append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...))
 	if err != nil {
 		return nil, err
@@ -32,9 +32,15 @@ func (b *bench) startInProcess(ctx context.Context, disableWatches bool, counter
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	return done, nil
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.log("dualca stopped with an error: %v", err)
+		}
+	}, nil
 }
 
 // requestCounter counts the requests dualca sends, by verb and resource.

@@ -29,31 +29,20 @@ func (b *bench) pollOnly(ctx context.Context) error {
 func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := b.newWorld(ctx, fmt.Sprintf("poll-%d", run))
-	if err != nil {
-		return nil, err
-	}
 	root, err := newRoot("poll-root-0")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := w.writeRoot(ctx, root); err != nil {
+	w, err := b.newWorld(ctx, fmt.Sprintf("poll-%d", run), root)
+	if err != nil {
 		return nil, err
 	}
-	if err := w.watchGateway(ctx); err != nil {
-		return nil, err
-	}
-	done, err := b.startInProcess(ctx, true, nil, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
+	stop, err := b.startInProcess(ctx, true, nil, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
 		"--trust-propagation-delay=0s", "--server-switch-grace=1h", "--poll-interval="+b.opts.poll.String())
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.log("dualca stopped with an error: %v", err)
-		}
-	}()
+	defer stop()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return nil, err
 	}
@@ -87,32 +76,21 @@ func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 func (b *bench) atRest(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := b.newWorld(ctx, "at-rest")
-	if err != nil {
-		return err
-	}
 	root, err := newRoot("rest-root")
 	if err != nil {
 		return err
 	}
-	if _, err := w.writeRoot(ctx, root); err != nil {
-		return err
-	}
-	if err := w.watchGateway(ctx); err != nil {
+	w, err := b.newWorld(ctx, "at-rest", root)
+	if err != nil {
 		return err
 	}
 	counter := &requestCounter{}
-	done, err := b.startInProcess(ctx, false, counter, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent",
+	stop, err := b.startInProcess(ctx, false, counter, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent",
 		"--trust-propagation-delay=0s", "--server-switch-grace=1h", "--poll-interval="+b.opts.poll.String())
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.log("dualca stopped with an error: %v", err)
-		}
-	}()
+	defer stop()
 	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
 		return err
 	}

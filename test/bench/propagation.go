@@ -31,21 +31,16 @@ func (b *bench) propagation(ctx context.Context) error {
 func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := b.newWorld(ctx, fmt.Sprintf("propagation-%d", run))
-	if err != nil {
-		return nil, err
-	}
 	// Keys are made before the clock starts: cert-manager makes them, not dualca.
 	roots := make([]*certs.CA, b.opts.rotations+1)
 	for i := range roots {
+		var err error
 		if roots[i], err = newRoot(fmt.Sprintf("bench-root-%d", i)); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := w.writeRoot(ctx, roots[0]); err != nil {
-		return nil, err
-	}
-	if err := w.watchGateway(ctx); err != nil {
+	w, err := b.newWorld(ctx, fmt.Sprintf("propagation-%d", run), roots[0])
+	if err != nil {
 		return nil, err
 	}
 	// Client tracking on, with no client selected: each rotation completes

@@ -33,12 +33,18 @@ type world struct {
 	rootSeen *gatewayWatch
 }
 
-func (b *bench) newWorld(ctx context.Context, ns string) (*world, error) {
+// newWorld creates the namespace ns holding root as its root Secret, and
+// starts watching the root and the gateway Secret there.
+func (b *bench) newWorld(ctx context.Context, ns string, root *certs.CA) (*world, error) {
 	_, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
-	return &world{b: b, ns: ns}, nil
+	w := &world{b: b, ns: ns}
+	if _, err := w.writeRoot(ctx, root); err != nil {
+		return nil, err
+	}
+	return w, w.watchGateway(ctx)
 }
 
 func (w *world) rootFlag() string    { return "--root-secret=" + w.ns + "/" + rootName }
