@@ -14,16 +14,9 @@ import (
 // a rotation: each root change lands at a random moment of the interval and
 // waits for the next poll. The target: caught up within one interval (plus
 // its 10 % jitter).
-func (b *bench) pollOnly(ctx context.Context) error {
-	for run := range b.opts.runs {
-		samples, err := b.pollRun(ctx, run)
-		if err != nil {
-			return err
-		}
-		b.report.poll = append(b.report.poll, samples)
-		b.log("poll-only run %d: %s", run+1, summarize(samples))
-	}
-	return nil
+func (b *bench) pollOnly(ctx context.Context) (err error) {
+	b.report.poll, err = b.repeated(ctx, "poll-only", b.pollRun)
+	return err
 }
 
 func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
