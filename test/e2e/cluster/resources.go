@@ -181,11 +181,32 @@ func (c *Cluster) RotateRoot(ctx context.Context, ns, certName string) (*x509.Ce
 
 // WaitReady waits until each Certificate is Ready for its current
 // generation and not being issued.
+//
+// An issuance that failed is triggered again, up to three times, as an
+// operator would with `cmctl renew`: under load cert-manager sometimes fails
+// one with "CSR not signed by referenced private key" (its request was made
+// from a private key Secret it had just replaced) and would otherwise retry
+// only after its backoff of an hour.
 func (c *Cluster) WaitReady(ctx context.Context, ns string, names ...string) error {
 	for _, name := range names {
 		key := types.NamespacedName{Namespace: ns, Name: name}
+		retriggered := 0
 		if err := c.waitFor(ctx, "certificate "+key.String()+" to be Ready", func(ctx context.Context) (bool, string, error) {
-			return c.settled(ctx, key)
+			ok, state, err := c.settled(ctx, key)
+			if ok || err != nil || retriggered >= 3 {
+				return ok, state, err
+			}
+			crt := &cmapi.Certificate{}
+			if err := c.Client.Get(ctx, key, crt); err != nil {
+				return false, state, client.IgnoreNotFound(err)
+			}
+			if cond := conditionOf(crt, cmapi.CertificateConditionIssuing); cond != nil && cond.Status == cmmeta.ConditionFalse && cond.Reason == "Failed" {
+				retriggered++
+				// A failed trigger (cert-manager got there first) is tried
+				// again at the next poll, within the same three.
+				_ = c.Trigger(ctx, ns, name)
+			}
+			return false, state, nil
 		}); err != nil {
 			return err
 		}
@@ -292,12 +313,20 @@ func (c *Cluster) leaf(ctx context.Context, ns, name string) (*x509.Certificate,
 
 // condition is the status of a Certificate's condition, "" if absent.
 func condition(crt *cmapi.Certificate, t cmapi.CertificateConditionType) cmmeta.ConditionStatus {
-	for _, cond := range crt.Status.Conditions {
-		if cond.Type == t {
-			return cond.Status
-		}
+	if cond := conditionOf(crt, t); cond != nil {
+		return cond.Status
 	}
 	return ""
+}
+
+// conditionOf is crt's condition of type t, or nil.
+func conditionOf(crt *cmapi.Certificate, t cmapi.CertificateConditionType) *cmapi.CertificateCondition {
+	for i := range crt.Status.Conditions {
+		if crt.Status.Conditions[i].Type == t {
+			return &crt.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // without is conditions without those of type t.
