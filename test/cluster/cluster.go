@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +90,9 @@ type Cluster struct {
 	mu     sync.Mutex
 	cm     *child // nil while cert-manager is stopped
 	probes int
+
+	// retriggers counts the failed issuances WaitReady triggered again.
+	retriggers atomic.Int64
 
 	stopOnce sync.Once
 	stopErr  error

@@ -55,6 +55,8 @@ func TestMain(m *testing.M) {
 	}
 	shared = c
 	code := m.Run()
+	// cert-manager's, not dualca's: counted so that a run shows them.
+	fmt.Printf("cert-manager issuances that failed and were triggered again by the harness: %d\n", c.Retriggers())
 	if err := c.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
 	}

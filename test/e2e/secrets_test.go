@@ -22,7 +22,7 @@ import (
 // certificate of the namespace.
 func TestNothingDualcaEmitsHoldsKeyMaterial(t *testing.T) {
 	t.Parallel()
-	s := newScenario(t, clients/4)
+	s := newScenario(t, clients)
 	s.startDualca(s.options(false))
 	s.startTraffic()
 	r2 := s.rotate()
