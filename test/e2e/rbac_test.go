@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,29 +168,16 @@ certManagement: {legacy: %[5]t}
 // namespace ns, with bin/helm ($HELM overrides it).
 func renderChart(t *testing.T, ns, values string) []*unstructured.Unstructured {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := os.Getenv("HELM")
-	if helm == "" {
-		helm = filepath.Join(root, "bin", "helm")
-	}
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("no helm at %s (run `make helm`, or set $HELM): %v", helm, err)
-	}
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(valuesFile, []byte(values), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm, "template", "dualca", filepath.Join(root, "charts", "dualca"), "--namespace", ns, "-f", valuesFile)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm template: %v: %s", err, stderr.String())
+	out, err := controlplane.Helm(t, "template", "dualca", filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca"), "--namespace", ns, "-f", valuesFile)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
 		var obj map[string]any
 		err := d.Decode(&obj)
