@@ -478,7 +478,7 @@ func (s *scenario) expectNoHarm(what string) {
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; gateway versions checked %d (races %d), violations %d; %s",
 		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, versions, races, len(violations), renewals)
 	s.g.Expect(f.Total.Attempts).To(BeNumerically(">", 10*len(s.clients)), "the clients handshook throughout")
-	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v", f.Total.Errors)
+	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v (the gateway's errors: %v)", f.Total.Errors, gw.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
 }

@@ -17,8 +17,10 @@ import (
 )
 
 // handshakeTimeout bounds one connection on the gateway, so that a client
-// that stops talking cannot hold a goroutine.
-const handshakeTimeout = 5 * time.Second
+// that stops talking cannot hold a goroutine. Longer than a Client's
+// default Timeout, so that a slow attempt is ended by the client's bound
+// and counted there, not cut off by the gateway.
+const handshakeTimeout = 15 * time.Second
 
 // errNotLoaded is the handshake error of a gateway that has no credential:
 // Start returns only once one is loaded, so a gateway never answers with it.
