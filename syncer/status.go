@@ -158,8 +158,7 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 // ReadClients reads the selected clients through any reader: the cache in
 // the syncer, the API server in `dualca status`.
 func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector, namespaces []string) (bundle.Clients, error) {
-	t := &clientTracker{reader: c, cfg: Config{}}
-	t.cfg.ClientSelector, t.cfg.ClientNamespaces = selector, namespaces
+	t := &clientTracker{reader: c, selector: selector, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
 	return cs, err
 }
