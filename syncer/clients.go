@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,17 +44,15 @@ func mustRequirement(key string, op selection.Operator) labels.Requirement {
 	return *r
 }
 
-// clientCacheOptions are those of the cache of the selected Certificates
-// and of the client Secrets, in the client namespaces.
-func clientCacheOptions(mgr ctrl.Manager, o Options) cache.Options {
+// clientCacheOptions say what the cache of the selected Certificates and of
+// the client Secrets holds: those in the client namespaces, by label, and
+// of the Secrets only their certificates.
+func clientCacheOptions(o Options) cache.Options {
 	namespaces := map[string]cache.Config{}
 	for _, ns := range o.ClientNamespaces {
 		namespaces[ns] = cache.Config{}
 	}
 	return cache.Options{
-		HTTPClient:        mgr.GetHTTPClient(),
-		Scheme:            mgr.GetScheme(),
-		Mapper:            mgr.GetRESTMapper(),
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{

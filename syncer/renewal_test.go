@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // TestRenewalRateLimiterPacesAndBacksOff checks the delays the renewal queue
@@ -158,6 +159,36 @@ func TestClientSecretsAreKeptWithoutTheirKey(t *testing.T) {
 	g.Expect(kept.Data).To(Equal(map[string][]byte{"tls.crt": []byte("crt"), "ca.crt": []byte("ca")}))
 	g.Expect(kept.StringData).To(BeNil())
 	g.Expect(kept.ManagedFields).To(BeNil())
+}
+
+// TestTheClientCacheHoldsNoKey: the client cache keeps the selected
+// Certificates, by their label, and of the Secrets cert-manager wrote only
+// their certificates.
+func TestTheClientCacheHoldsNoKey(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	o := testOptions()
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(labels.Set{"app": "agent"}), []string{"agents", "edge"}
+	opts := clientCacheOptions(o)
+	g.Expect(opts.DefaultNamespaces).To(HaveLen(2))
+	g.Expect(opts.DefaultNamespaces).To(HaveKey("agents"))
+	g.Expect(opts.DefaultNamespaces).To(HaveKey("edge"))
+	var certs, secrets cache.ByObject
+	for obj, by := range opts.ByObject {
+		switch obj.(type) {
+		case *cmapi.Certificate:
+			certs = by
+		case *corev1.Secret:
+			secrets = by
+		default:
+			t.Errorf("the client cache holds %T", obj)
+		}
+	}
+	g.Expect(certs.Label).To(Equal(o.ClientSelector))
+	g.Expect(secrets.Label).To(Equal(clientSecretSelector))
+	out, err := secrets.Transform(&corev1.Secret{Data: map[string][]byte{"tls.crt": []byte("crt"), "tls.key": []byte("key"), "ca.crt": []byte("ca")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*corev1.Secret).Data).NotTo(HaveKey("tls.key"), "no client private key is held")
 }
 
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }

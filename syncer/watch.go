@@ -47,7 +47,9 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	if o.ClientSelector == nil {
 		return c, nil
 	}
-	cc, err := cache.New(mgr.GetConfig(), clientCacheOptions(mgr, o))
+	opts := clientCacheOptions(o)
+	opts.HTTPClient, opts.Scheme, opts.Mapper = mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper()
+	cc, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
 		return c, fmt.Errorf("creating the client cache: %w", err)
 	}

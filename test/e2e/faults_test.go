@@ -29,8 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/cluster"
@@ -60,7 +58,7 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 	// switch window and of Retiring; four seconds of renewals at least.
 	o.TrustPropagationDelay = 3 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 5, 1
-	args := processArgs(o)
+	args := o.Args()
 	d := run.StartProcess(t, cl.Kubeconfig, args...)
 	s.startTraffic()
 	r1 := s.annotations()[bundle.AnnotationRoot]
@@ -157,7 +155,7 @@ func TestAPIServerRestartMidRotationConverges(t *testing.T) {
 	o := s.options(false)
 	o.TrustPropagationDelay = 5 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 1, 1 // twenty seconds of renewals: the restart lands in them
-	s.dualca = run.Start(s.ctx, t, c.RESTConfig, syncer.Config{Options: o})
+	s.dualca = run.Start(s.ctx, t, c.RESTConfig, o.Syncer())
 	own.startTraffic()
 
 	r2 := own.rotate()
@@ -376,7 +374,7 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 		addr, err := controlplane.FreeAddress()
 		s.g.Expect(err).NotTo(HaveOccurred())
 		ro.MetricsBindAddress = addr
-		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(processArgs(ro), "--zap-log-level=info")...), ro.MetricsBindAddress}
+		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
 		fams, err := scrape(r.metrics)
@@ -483,7 +481,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 		g.Expect(a).To(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r1)))
 		g.Expect(s.clientRevisions()).To(Equal(revisions), "no client Certificate was re-issued")
 	}).WithTimeout(time.Until(r2.NotBefore) - 500*time.Millisecond).WithPolling(250 * time.Millisecond).Should(Succeed())
-	s.g.Expect(s.dualca.R.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
+	s.g.Expect(s.dualca.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
 	waiting, _, _ := s.watch.result()
 	rewrites := waiting - versions
 	s.g.Expect(rewrites).To(BeNumerically("<=", 3), "the gateway Secret is not rewritten while the root is not valid yet")
@@ -565,7 +563,7 @@ func (s *scenario) expectNoHarm(what string) {
 	versions, races, violations := s.watch.result()
 	renewals := "renewals: see the process logs"
 	if s.dualca != nil {
-		renewals = fmt.Sprintf("renewals %v", s.dualca.R.Renewals())
+		renewals = fmt.Sprintf("renewals %v", s.dualca.Renewals())
 	}
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; gateway versions checked %d (races %d), violations %d; %s",
 		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, versions, races, len(violations), renewals)
@@ -573,28 +571,6 @@ func (s *scenario) expectNoHarm(what string) {
 	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v", f.Total.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
-}
-
-// processArgs are the flags that give the dualca binary the options o, as
-// far as the scenarios set them.
-func processArgs(o flags.Options) []string {
-	args := []string{
-		"--root-secret=" + o.RootSecret.String(),
-		"--gateway-secret=" + o.GatewaySecret.String(),
-		"--poll-interval=" + o.PollInterval.String(),
-		"--trust-propagation-delay=" + o.TrustPropagationDelay.String(),
-		"--server-switch-grace=" + o.ServerSwitchGrace.String(),
-		"--renewal-qps=" + strconv.FormatFloat(o.RenewalQPS, 'g', -1, 64),
-		"--renewal-burst=" + strconv.Itoa(o.RenewalBurst),
-		"--metrics-bind-address=" + o.MetricsBindAddress,
-		"--health-probe-bind-address=" + o.HealthProbeBindAddress,
-		"--cert-management-legacy=" + strconv.FormatBool(o.Legacy),
-		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
-	}
-	if o.ClientSelector != nil {
-		args = append(args, "--client-selector="+o.ClientSelector.String(), "--client-namespaces="+strings.Join(o.ClientNamespaces, ","))
-	}
-	return args
 }
 
 // scrape reads the metrics served at addr.
