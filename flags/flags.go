@@ -164,7 +164,7 @@ func (o *Options) validate(malformed map[string]bool) error {
 
 // Syncer is what the syncer needs of the options. The caller adds what no
 // flag sets: the metrics, the logger and, in tests, a clock.
-func (o *Options) Syncer() syncer.Options {
+func (o Options) Syncer() syncer.Options {
 	return syncer.Options{
 		RootSecret:              o.RootSecret,
 		GatewaySecret:           o.GatewaySecret,
@@ -187,8 +187,8 @@ func (o *Options) Syncer() syncer.Options {
 // dualca's own whose value differs from its default. The logging and
 // kubeconfig flags are not dualca's options and are left to the caller.
 // Client namespaces are given only with a client selector, as Parse wants.
-func (o *Options) Args() []string {
-	given := *o
+func (o Options) Args() []string {
+	given := o
 	given.syncRaw()
 	fs := flag.NewFlagSet("args", flag.ContinueOnError)
 	given.addOwnFlags(fs)

@@ -54,15 +54,17 @@ func (o *Objects) parse() (map[string]bool, error) {
 			errs = append(errs, err)
 		}
 	}
+	for _, k := range []struct {
+		flag, raw string
+		key       *types.NamespacedName
+	}{{"root-secret", o.rootSecret, &o.RootSecret}, {"gateway-secret", o.gatewaySecret, &o.GatewaySecret}} {
+		if k.raw != "" {
+			key, err := ParseKey(k.flag, k.raw)
+			note(k.flag, err)
+			*k.key = key
+		}
+	}
 	var err error
-	if o.rootSecret != "" {
-		o.RootSecret, err = ParseKey("root-secret", o.rootSecret)
-		note("root-secret", err)
-	}
-	if o.gatewaySecret != "" {
-		o.GatewaySecret, err = ParseKey("gateway-secret", o.gatewaySecret)
-		note("gateway-secret", err)
-	}
 	if o.clientSelector != "" {
 		o.ClientSelector, err = ParseSelector("client-selector", o.clientSelector)
 		note("client-selector", err)

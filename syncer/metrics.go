@@ -41,64 +41,45 @@ type Metrics struct {
 // NewMetrics returns metrics at their zero values, registered nowhere.
 func NewMetrics() *Metrics {
 	return &Metrics{
-		serverExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dualca_server_certificate_expiry_timestamp_seconds",
-			Help: "When the certificate the gateway presents (tls.crt) expires, in Unix seconds.",
-		}),
-		rootExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dualca_root_expiry_timestamp_seconds",
-			Help: "When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.",
-		}, []string{"root", "role"}),
-		rootClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dualca_root_clients",
-			Help: "Selected clients whose unexpired leaf chains to each root in the bundle.",
-		}, []string{"root"}),
-		bundleRoots: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dualca_bundle_roots",
-			Help: "Roots in the gateway's trust bundle (ca.crt).",
-		}),
-		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dualca_phase",
-			Help: "1 for the rotation phase the gateway Secret records (Legacy for the legacy strategy), 0 for the others.",
-		}, []string{"phase"}),
-		rotationLag: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dualca_rotation_lag_seconds",
-			Help: "0 while the gateway Secret reflects the current root, else the seconds since dualca first saw that root.",
-		}),
+		serverExpiry: gauge("dualca_server_certificate_expiry_timestamp_seconds",
+			"When the certificate the gateway presents (tls.crt) expires, in Unix seconds."),
+		rootExpiry: gaugeVec("dualca_root_expiry_timestamp_seconds",
+			"When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.", "root", "role"),
+		rootClients: gaugeVec("dualca_root_clients",
+			"Selected clients whose unexpired leaf chains to each root in the bundle.", "root"),
+		bundleRoots: gauge("dualca_bundle_roots", "Roots in the gateway's trust bundle (ca.crt)."),
+		phase: gaugeVec("dualca_phase",
+			"1 for the rotation phase the gateway Secret records (Legacy for the legacy strategy), 0 for the others.", "phase"),
+		rotationLag: gauge("dualca_rotation_lag_seconds",
+			"0 while the gateway Secret reflects the current root, else the seconds since dualca first saw that root."),
 		propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dualca_propagation_seconds",
 			Help:    "Time from dualca first seeing a new root to the gateway Secret written with it.",
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 15), // 2 ms to 33 s
 		}),
-		clientsByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dualca_clients",
-			Help: "Selected clients by state during a rotation: renewed (on the current root), pending, failed.",
-		}, []string{"state"}),
-		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dualca_renewals_total",
-			Help: "Client renewals acted on, by strategy, method (issuing-condition, secret-deletion) and result (triggered, skipped, failed).",
-		}, []string{"strategy", "method", "result"}),
-		rootValid: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dualca_root_valid",
-			Help: "1 when the root Secret holds a usable root, 0 when it is missing or invalid.",
-		}),
-		strategyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dualca_strategy_info",
-			Help: "The active strategy: always 1, with the strategy as a label.",
-		}, []string{"strategy"}),
-		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dualca_sync_errors_total",
-			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error.",
-		}, []string{"reason"}),
-		switchesForced: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dualca_server_switch_forced_total",
-			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken.",
-		}),
-		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "dualca_last_sync_timestamp_seconds",
-			Help: "When the gateway Secret was last found or made in sync with the root, in Unix seconds.",
-		}),
+		clientsByState: gaugeVec("dualca_clients",
+			"Selected clients by state during a rotation: renewed (on the current root), pending, failed.", "state"),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_renewals_total",
+			Help: "Client renewals acted on, by strategy, method (issuing-condition, secret-deletion) and result (triggered, skipped, failed)."},
+			[]string{"strategy", "method", "result"}),
+		rootValid: gauge("dualca_root_valid", "1 when the root Secret holds a usable root, 0 when it is missing or invalid."),
+		strategyInfo: gaugeVec("dualca_strategy_info",
+			"The active strategy: always 1, with the strategy as a label.", "strategy"),
+		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_sync_errors_total",
+			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error."}, []string{"reason"}),
+		switchesForced: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_server_switch_forced_total",
+			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
+		lastSync: gauge("dualca_last_sync_timestamp_seconds",
+			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
 	}
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

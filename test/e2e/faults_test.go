@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -15,9 +14,6 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -377,9 +373,9 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
-		fams, err := scrape(r.metrics)
+		fams, err := run.Scrape(r.metrics)
 		s.g.Expect(err).NotTo(HaveOccurred())
-		return sumOf(fams["dualca_renewals_total"], "result", "triggered")
+		return run.CountersBy(fams["dualca_renewals_total"], "result")["triggered"]
 	}
 	s.startTraffic()
 	r2 := s.rotate()
@@ -571,33 +567,6 @@ func (s *scenario) expectNoHarm(what string) {
 	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v", f.Total.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
-}
-
-// scrape reads the metrics served at addr.
-func scrape(addr string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	return fams, errors.Join(err, resp.Body.Close())
-}
-
-// sumOf adds up the counters of fam whose label has value.
-func sumOf(fam *dto.MetricFamily, label, value string) float64 {
-	total := 0.0
-	if fam == nil {
-		return total
-	}
-	for _, m := range fam.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }
 
 // apart is what a scenario needs of the cluster, for a scenario on a

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +15,6 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +25,7 @@ import (
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/controlplane"
+	dualcarun "github.com/dualca/dualca/test/run"
 )
 
 // TestMetricsFollowARotation scrapes dualca's real metrics endpoint across
@@ -87,15 +85,7 @@ func TestMetricsFollowARotation(t *testing.T) {
 	t.Cleanup(func() { metrics.Registry.Unregister(cfg.Metrics) })
 	s.start(cfg)
 
-	scrape := func() (map[string]*dto.MetricFamily, error) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return nil, err
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(resp.Body)
-		return families, errors.Join(err, resp.Body.Close())
-	}
+	scrape := func() (map[string]*dto.MetricFamily, error) { return dualcarun.Scrape(addr) }
 	// value is the metric's value for the labels given as k=v pairs; -1
 	// when there is no such series.
 	value := func(name string, kv ...string) func() float64 {

@@ -99,12 +99,8 @@ func (d *Dualca) Requests() []apirequest.Request { return d.requests.All() }
 // that never happened has no key.
 func (d *Dualca) Renewals() map[string]int {
 	out := map[string]int{}
-	for _, m := range d.family("dualca_renewals_total").GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "result" {
-				out[l.GetValue()] += int(m.GetCounter().GetValue())
-			}
-		}
+	for result, n := range CountersBy(d.family("dualca_renewals_total"), "result") {
+		out[result] = int(n)
 	}
 	return out
 }
