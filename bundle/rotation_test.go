@@ -741,7 +741,7 @@ func TestPlanRepairsHandEdits(t *testing.T) {
 	afterSwitch := rtSecret{server: f.r2, roots: rtList(f.r2, f.r1), root: f.r2, addedAt: rtNow.Add(-h), switchedAt: rtNow.Add(-50 * time.Minute)}
 	steady := rtSecret{server: f.r1, roots: rtList(f.r1), root: f.r1, addedAt: rtNow.Add(-2 * h), switchedAt: rtNow.Add(-2 * h)}
 	onR1 := rtClient(t, "ns/a", f.r1, f.r1)
-	restored := []rtEvent{{reason: bundle.ReasonBundleUpdated, warning: true, contains: "changed outside dualca"}}
+	restored := []rtEvent{{reason: bundle.ReasonGatewayRepaired, warning: true, contains: "changed outside dualca"}}
 	serverReplaced := []rtEvent{{reason: bundle.ReasonServerSwitchForced, warning: true, contains: "changed outside dualca"}}
 
 	rtRun(t, map[string]rtCase{
