@@ -180,7 +180,7 @@ func (m *model) apply(d bundle.Decision) {
 }
 
 func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
-	roots := mustParse(m.t, m.gw.CAPEM)
+	roots := parsed(m.t, m.gw.CAPEM)
 	server := bundle.Find(roots, m.gw.State.Server)
 
 	// 1. ca.crt holds the root the server certificate chains to.
@@ -190,7 +190,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	// (A cross-certificate is valid from the later of its two roots'
 	// NotBefore; one through a root not valid yet, from an issuer whose
 	// clock runs ahead, is not a path a client needs now.)
-	leaf := mustParse(m.t, m.gw.CertPEM)[0]
+	leaf := parsed(m.t, m.gw.CertPEM)[0]
 	at := func(r *x509.Certificate) time.Time {
 		return slices.MaxFunc([]time.Time{m.now, r.NotBefore, server.NotBefore, leaf.NotBefore}, time.Time.Compare)
 	}
@@ -231,7 +231,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime {
 		return // adoption: the step-wise invariants start from here
 	}
-	before := mustParse(m.t, prev.CAPEM)
+	before := parsed(m.t, prev.CAPEM)
 	prevServer := prev.State.Server
 	switched := bundle.Fingerprint(server) == root.Fingerprint
 	// 2 and 3. a root leaves only by retirement, never because a rotation came.
@@ -389,7 +389,7 @@ func (m *model) settle() {
 			m.reconcile()
 		}
 	}
-	roots := mustParse(m.t, m.gw.CAPEM)
+	roots := parsed(m.t, m.gw.CAPEM)
 	m.check(m.gw.State.Phase == bundle.PhaseSteady, "settled in phase Steady, got %s", m.gw.State.Phase)
 	m.check(len(roots) == 1 && sameCert(roots[0], m.root.Cert), "settled with only the current root in the bundle, got %d roots", len(roots))
 	m.check(m.gw.State.Server == bundle.Fingerprint(m.root.Cert), "settled with the server on the current root")
@@ -432,45 +432,4 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {
 		t.Fatalf("the random histories missed a branch: switches=%d forced=%d retired=%d", total.switches, total.forced, total.retired)
 	}
-}
-
-func mustParse(t *testing.T, data []byte) []*x509.Certificate {
-	t.Helper()
-	cs, err := bundle.ParseCertificates("pem", data)
-	if err != nil {
-		t.Fatalf("the gateway holds unparseable PEM: %v", err)
-	}
-	return cs
-}
-
-// sameDecision compares two decisions made on the same input. A server
-// credential issued by a decision is new each time (fresh key, randomized
-// signatures), so those are compared by shape: which certificates, issued by
-// whom. Reusing an issued credential is checked by the idempotence step.
-func sameDecision(a, b bundle.Decision) bool {
-	return slices.Equal(credentialShape(a.CertPEM), credentialShape(b.CertPEM)) &&
-		string(a.CAPEM) == string(b.CAPEM) && maps.Equal(a.State.Annotations(), b.State.Annotations()) &&
-		slices.Equal(a.Events, b.Events) && slices.Equal(a.Renew, b.Renew)
-}
-
-func sameCert(a, b *x509.Certificate) bool { return bundle.Fingerprint(a) == bundle.Fingerprint(b) }
-
-func credentialShape(certPEM []byte) []string {
-	cs, err := bundle.ParseCertificates("tls.crt", certPEM)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = fmt.Sprintf("ca=%v subject=%s issuer=%s aki=%x", c.IsCA, c.Subject, c.Issuer, c.AuthorityKeyId)
-	}
-	return out
-}
-
-func names(cs []*x509.Certificate) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Subject.CommonName
-	}
-	return out
 }
