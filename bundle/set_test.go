@@ -204,7 +204,33 @@ func TestChainsTo(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
 			g.Expect(bundle.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want))
+			// A Signatures gives the same answer, the first time and when it
+			// remembers it; a nil one and an empty one check afresh.
+			sigs := bundle.NewSignatures()
+			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "checked")
+			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "remembered")
+			var none *bundle.Signatures
+			g.Expect(none.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "a nil Signatures")
+			g.Expect(new(bundle.Signatures).ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "an empty Signatures")
 		})
+	}
+}
+
+// TestSignaturesRememberPerPair: a check remembered for one pair of
+// certificates never answers for another, whatever their names share.
+func TestSignaturesRememberPerPair(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	root := newRoot(t, "dualca root")
+	reissued := newRoot(t, "dualca root") // same subject name, new key
+	child := newCert(t, "gateway.example.com", certs.Options{}, root)
+	childOfReissued := newCert(t, "gateway.example.com", certs.Options{}, reissued)
+	sigs := bundle.NewSignatures()
+	for range 2 {
+		g.Expect(sigs.ChainsTo(child.Cert, root.Cert)).To(BeTrue())
+		g.Expect(sigs.ChainsTo(child.Cert, reissued.Cert)).To(BeFalse())
+		g.Expect(sigs.ChainsTo(childOfReissued.Cert, reissued.Cert)).To(BeTrue())
+		g.Expect(sigs.ChainsTo(childOfReissued.Cert, root.Cert)).To(BeFalse())
 	}
 }
 
