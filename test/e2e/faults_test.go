@@ -31,9 +31,10 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/e2e/cluster"
 	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
 )
@@ -229,9 +230,9 @@ const stormAnnotation = "example.com/storm"
 func TestAConflictStormLosesNoUpdate(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
-	requests := &requestLog{}
+	requests := &apirequest.Log{}
 	cfg := rest.CopyConfig(cl.RESTConfig)
-	cfg.Wrap(requests.wrap)
+	cfg.Wrap(requests.Wrap)
 	s.startDualcaAs(cfg, s.options(false))
 	s.startTraffic()
 
@@ -260,10 +261,10 @@ func TestAConflictStormLosesNoUpdate(t *testing.T) {
 
 // gatewayWrites counts dualca's updates of the gateway Secret answered
 // with code.
-func gatewayWrites(l *requestLog, code int) int {
+func gatewayWrites(l *apirequest.Log, code int) int {
 	n := 0
-	for _, r := range l.all() {
-		if r.verb == "update" && r.resource == "secrets" && r.name == gatewayName && r.code == code {
+	for _, r := range l.All() {
+		if r.Verb == "update" && r.Resource == "secrets" && r.Name == gatewayName && r.Code == code {
 			n++
 		}
 	}
