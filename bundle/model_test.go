@@ -20,8 +20,8 @@ import (
 // rotations (overlapping ones too), client renewals that succeed, fail or
 // lag, restarts, invalid roots, strategy flips and clock jumps. The gateway
 // Secret only ever holds what a decision wrote, its annotations going through
-// the same text form as on the API server, and every invariant of the
-// product contract is checked after every step.
+// the same text form as on the API server, and every invariant of
+// docs/design.md is checked after every step.
 
 type modelClient struct {
 	name      string
