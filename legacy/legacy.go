@@ -44,14 +44,14 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.T
 		var p bundle.Progress
 		for _, c := range clients.Items {
 			switch {
-			case c.Leaf != nil && bundle.ChainsTo(c.Leaf, root.Cert):
+			case c.Leaf != nil && clients.Signatures.ChainsTo(c.Leaf, root.Cert):
 				p.Renewed++
 			case c.Failed:
 				p.Failed++
 			default:
 				p.Pending++
 			}
-			if c.Leaf != nil && !bundle.ChainsTo(c.Leaf, root.Cert) {
+			if c.Leaf != nil && !clients.Signatures.ChainsTo(c.Leaf, root.Cert) {
 				d.Renew = append(d.Renew, c.Name)
 			}
 		}
