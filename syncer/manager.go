@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // Scheme knows the built-in types and cert-manager's.
@@ -125,7 +127,8 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		key:   o.GatewaySecret,
 	}
 	if c.clients != nil {
-		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}
+		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces,
+			signatures: bundle.NewSignatures()}
 		r.renewer = newRenewer(strategy, o)
 	}
 	return r

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"crypto/x509"
 	"sync"
 	"time"
 
@@ -134,7 +133,7 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 		fp := bundle.Fingerprint(r)
 		m.rootExpiry.WithLabelValues(bundle.Short(fp), rootRole(fp, d.State)).Set(float64(r.NotAfter.Unix()))
 		if clients.Tracked {
-			m.rootClients.WithLabelValues(bundle.Short(fp)).Set(float64(using(clients, r, now)))
+			m.rootClients.WithLabelValues(bundle.Short(fp)).Set(float64(clients.Using(r, now)))
 		}
 	}
 	if d.State.Clients != nil {
@@ -158,18 +157,6 @@ func rootRole(fp string, st bundle.State) string {
 		return "server"
 	}
 	return "previous"
-}
-
-// using counts the clients whose unexpired leaf chains to root.
-// TODO(merge): clients.Using, once bundle has it.
-func using(clients bundle.Clients, root *x509.Certificate, now time.Time) int {
-	n := 0
-	for _, c := range clients.Items {
-		if c.Uses(root, now) {
-			n++
-		}
-	}
-	return n
 }
 
 // rootWatch remembers when dualca first saw each root, for the lag and the

@@ -18,11 +18,6 @@ import (
 	"github.com/dualca/dualca/bundle"
 )
 
-// reasonGatewayRestored is the reason of the Warning told when the gateway
-// Secret was deleted and dualca wrote it again.
-// TODO(merge): bundle.ReasonGatewayRestored.
-const reasonGatewayRestored = "GatewayRestored"
-
 // reporter tells what reconciles found and did: events, log lines and
 // metrics. It remembers what it reported of a problem that persists (an
 // invalid root, an unusable client Secret), so that such a problem is told
@@ -105,7 +100,7 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 	r.lastInvalid = ""
 	events := d.Events
 	if p.written.restored {
-		events = append([]bundle.Event{{Warning: true, Reason: reasonGatewayRestored,
+		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
 			Message: "gateway Secret was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)
 	}
 	log := logf.FromContext(ctx)

@@ -150,7 +150,7 @@ func (r *Report) addRoots(gw *corev1.Secret, st bundle.State, clients *bundle.Cl
 		br := BundleRoot{Fingerprint: bundle.Short(fp), Subject: root.Subject.String(), NotAfter: root.NotAfter.UTC(),
 			Current: fp == st.Root, Server: fp == st.Server}
 		if clients != nil {
-			n := using(*clients, root, now)
+			n := clients.Using(root, now)
 			br.Clients = &n
 		}
 		r.Roots = append(r.Roots, br)

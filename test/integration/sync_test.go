@@ -226,8 +226,7 @@ func TestADeletedGatewayIsRestoredAsItWas(t *testing.T) {
 		HaveField("UID", Not(Equal(before.UID))),
 		HaveField("Data", Equal(before.Data)),
 		HaveField("Annotations", Equal(before.Annotations))))
-	// TODO(merge): bundle.ReasonGatewayRestored.
-	s.g.Eventually(s.events).Should(ContainElement(HavePrefix("GatewayRestored: gateway Secret was deleted; restored as dualca last wrote it")))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayRestored + ": gateway Secret was deleted; restored as dualca last wrote it")))
 }
 
 func TestNothingChangesNothingIsWritten(t *testing.T) {
