@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/zapr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
@@ -31,18 +32,15 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	mgr, _, err := syncer.NewManager(restCfg, syncer.Config{Options: opts, Logger: logger})
+	o := opts.Syncer()
+	o.Logger, o.Metrics = logger, syncer.NewMetrics()
+	// The manager's metrics endpoint serves controller-runtime's registry.
+	if err := metrics.Registry.Register(o.Metrics); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	mgr, err := syncer.NewManager(restCfg, o)
 	if err != nil {
 		return err
 	}
-	logger.Info("starting", "root", opts.RootSecret, "gateway", opts.GatewaySecret,
-		"strategy", strategyName(opts.Legacy), "pollInterval", opts.PollInterval)
 	return mgr.Start(ctx)
-}
-
-func strategyName(legacy bool) string {
-	if legacy {
-		return "legacy"
-	}
-	return "zero-downtime"
 }

@@ -19,6 +19,8 @@ import (
 type Request struct {
 	Verb, Group, Resource, Namespace, Name string
 	Code                                   int
+	// LabelSelector is a list's or watch's label selector, as sent.
+	LabelSelector string
 }
 
 // String is the request and its answer on one line, for a log.
@@ -69,6 +71,9 @@ func Parse(req *http.Request) (r Request, ok bool) {
 		r.Verb = "patch"
 	case http.MethodDelete:
 		r.Verb = "delete"
+	}
+	if r.Verb == "list" || r.Verb == "watch" {
+		r.LabelSelector = q.Get("labelSelector")
 	}
 	if r.Name == "" && (r.Verb == "list" || r.Verb == "watch") {
 		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"crypto/x509"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -14,16 +13,12 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/cluster"
@@ -52,7 +47,7 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 	// switch window and of Retiring; four seconds of renewals at least.
 	o.TrustPropagationDelay = 3 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 5, 1
-	args := processArgs(o)
+	args := o.Args()
 	d := run.StartProcess(t, s.c.Kubeconfig, args...)
 	s.startTraffic()
 	r1 := s.annotations()[bundle.AnnotationRoot]
@@ -337,12 +332,12 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 		addr, err := controlplane.FreeAddress()
 		s.g.Expect(err).NotTo(HaveOccurred())
 		ro.MetricsBindAddress = addr
-		replicas[i] = replica{run.StartProcess(t, s.c.Kubeconfig, append(processArgs(ro), "--zap-log-level=info")...), ro.MetricsBindAddress}
+		replicas[i] = replica{run.StartProcess(t, s.c.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
-		fams, err := scrape(r.metrics)
+		fams, err := run.Scrape(r.metrics)
 		s.g.Expect(err).NotTo(HaveOccurred())
-		return sumOf(fams["dualca_renewals_total"], "result", "triggered")
+		return run.CountersBy(fams["dualca_renewals_total"], "result")["triggered"]
 	}
 	s.startTraffic()
 	r2 := s.rotate()
@@ -435,7 +430,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 		g.Expect(a).To(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r1)))
 		g.Expect(s.clientRevisions()).To(Equal(revisions), "no client Certificate was re-issued")
 	}).WithTimeout(time.Until(r2.NotBefore) - 500*time.Millisecond).WithPolling(250 * time.Millisecond).Should(Succeed())
-	s.g.Expect(s.dualca.R.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
+	s.g.Expect(s.dualca.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
 	waiting, _, _ := s.watch.result()
 	rewrites := waiting - versions
 	s.g.Expect(rewrites).To(BeNumerically("<=", 3), "the gateway Secret is not rewritten while the root is not valid yet")
@@ -473,7 +468,7 @@ func (s *scenario) expectNoHarm(what string) {
 	versions, races, violations := s.watch.result()
 	renewals := "renewals: see the process logs"
 	if s.dualca != nil {
-		renewals = fmt.Sprintf("renewals %v", s.dualca.R.Renewals())
+		renewals = fmt.Sprintf("renewals %v", s.dualca.Renewals())
 	}
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; gateway versions checked %d (races %d), violations %d; %s",
 		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, versions, races, len(violations), renewals)
@@ -481,53 +476,4 @@ func (s *scenario) expectNoHarm(what string) {
 	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v (the gateway's errors: %v)", f.Total.Errors, gw.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
-}
-
-// processArgs are the flags that give the dualca binary the options o, as
-// far as the scenarios set them.
-func processArgs(o flags.Options) []string {
-	args := []string{
-		"--root-secret=" + o.RootSecret.String(),
-		"--gateway-secret=" + o.GatewaySecret.String(),
-		"--poll-interval=" + o.PollInterval.String(),
-		"--trust-propagation-delay=" + o.TrustPropagationDelay.String(),
-		"--server-switch-grace=" + o.ServerSwitchGrace.String(),
-		"--renewal-qps=" + strconv.FormatFloat(o.RenewalQPS, 'g', -1, 64),
-		"--renewal-burst=" + strconv.Itoa(o.RenewalBurst),
-		"--metrics-bind-address=" + o.MetricsBindAddress,
-		"--health-probe-bind-address=" + o.HealthProbeBindAddress,
-		"--cert-management-legacy=" + strconv.FormatBool(o.Legacy),
-		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
-	}
-	if o.ClientSelector != nil {
-		args = append(args, "--client-selector="+o.ClientSelector.String(), "--client-namespaces="+strings.Join(o.ClientNamespaces, ","))
-	}
-	return args
-}
-
-// scrape reads the metrics served at addr.
-func scrape(addr string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	return fams, errors.Join(err, resp.Body.Close())
-}
-
-// sumOf adds up the counters of fam whose label has value.
-func sumOf(fam *dto.MetricFamily, label, value string) float64 {
-	total := 0.0
-	if fam == nil {
-		return total
-	}
-	for _, m := range fam.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }

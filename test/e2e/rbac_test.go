@@ -96,7 +96,7 @@ func TestChartRBACIsEnoughForTheLegacyStrategy(t *testing.T) {
 	r2 := s.rotate()
 	s.converged(r2, true, 60*time.Second)
 	s.report("legacy, as the chart's ServiceAccount")
-	s.g.Expect(s.dualca.R.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
+	s.g.Expect(s.dualca.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
 	s.g.Eventually(func() ([]string, error) { return s.dualcaEvents() }).WithTimeout(10 * time.Second).Should(ContainElements(
 		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonClientRenewalTriggered))
 	s.expectEveryPermissionUsed(roles, requests)
