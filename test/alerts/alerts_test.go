@@ -92,20 +92,6 @@ type ruleTestFile struct {
 	} `json:"tests"`
 }
 
-// tool returns the path of a binary from bin/, or from $env when set,
-// failing the test with what to run when it is missing.
-func tool(t *testing.T, name, env string) string {
-	t.Helper()
-	path := os.Getenv(env)
-	if path == "" {
-		path = filepath.Join(controlplane.TestRepoRoot(t), "bin", name)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no %s at %s (run `make %s`, or set $%s): %v", name, path, name, env, err)
-	}
-	return path
-}
-
 // run runs a command and returns its standard output; on failure the error
 // carries its standard error too.
 func run(cmd *exec.Cmd) ([]byte, error) {
@@ -121,12 +107,7 @@ func run(cmd *exec.Cmd) ([]byte, error) {
 // the rendered documents.
 func helmTemplate(t *testing.T, release string, args ...string) ([][]byte, error) {
 	t.Helper()
-	cmd := exec.Command(tool(t, "helm", "HELM"),
-		append([]string{"template", release, filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca")}, args...)...)
-	// No user's helm configuration, cache or plugins.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	out, err := run(cmd)
+	out, err := controlplane.Helm(t, append([]string{"template", release, filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca")}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +168,7 @@ func render(t *testing.T, release string, args ...string) (prometheusRule, []byt
 // promtool runs promtool with args in dir.
 func promtool(t *testing.T, dir string, args ...string) ([]byte, error) {
 	t.Helper()
-	cmd := exec.Command(tool(t, "promtool", "PROMTOOL"), args...)
+	cmd := exec.Command(controlplane.Tool(t, "promtool", "PROMTOOL"), args...)
 	cmd.Dir = dir
 	return run(cmd)
 }

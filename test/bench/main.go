@@ -1,6 +1,7 @@
-// Command bench measures dualca against the performance targets of
-// PRODUCT.md on a real kube-apiserver and etcd, and writes the figures to
-// docs/benchmarks.md with a plot beside it. Run it with `make bench`.
+// Command bench measures dualca against its performance targets on a real
+// kube-apiserver and etcd, and writes the figures to docs/benchmarks.md,
+// each target beside what was measured, with a plot beside it. Run it with
+// `make bench`.
 //
 // It measures, each over repeated runs:
 //   - propagation: a root change until the gateway Secret holds it, over

@@ -143,7 +143,7 @@ func (r *report) write(w io.Writer, plot string) error {
 }
 
 func (r *report) writeTargets(p func(string, ...any)) {
-	p("## Against the targets of PRODUCT.md")
+	p("## Against the performance targets")
 	p("")
 	p("| target | measured | |")
 	p("|---|---|---|")
@@ -198,7 +198,7 @@ func (r *report) writePropagation(p func(string, ...any)) {
 	p("bundle holds one or two roots, as in production. The benchmark watches the root and the gateway Secret")
 	p("as dualca and a gateway do. Each sample runs from the watch event of the new root to the watch event of")
 	p("a gateway Secret naming it: the delivery to dualca, its reads, decision (a new server leaf and key")
-	p("included) and write, and the delivery of the result, the floor PRODUCT.md describes. Rotations are %d", len(r.propagation[0]))
+	p("included) and write, and the delivery of the result. Rotations are %d", len(r.propagation[0]))
 	p("per run, at random pauses of 0–20 ms after the previous rotation completed.")
 	p("")
 	p("| | p50 | p90 | p99 | max |")
@@ -287,7 +287,7 @@ func (r *report) writeRest(p func(string, ...any)) {
 	p("Start-up, for comparison (one time): %s.", formatCounts(r.startupRequests))
 	p("")
 	p("Zero writes, and the gateway Secret had %d new versions. The poll reads the root and the gateway Secret,", r.restGatewayVersions)
-	p("both uncached as PRODUCT.md's *Watching and writing* asks (a stalled watch of either must not leave the")
+	p("both uncached (a stalled watch of either must not leave the")
 	p("gateway behind), which is two reads per interval where the target counts one: there is no request that")
 	p("reads two Secrets by name at once. The watches (root, gateway, client Certificates, client Secrets) are")
 	p("long-lived: none was reopened in the window; client-go's reflectors re-open each one after a random 5–10")

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -27,39 +26,10 @@ import (
 // releaseNamespace is where every test installs the chart.
 const releaseNamespace = "dualca"
 
-// paths returns the helm binary and the chart directory, failing the test
-// with what to run when helm has not been built.
-func paths(t *testing.T) (helm, chart string) {
+// chartDir is the chart's directory.
+func chartDir(t *testing.T) string {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm = os.Getenv("HELM")
-	if helm == "" {
-		helm = filepath.Join(root, "bin", "helm")
-	}
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("no helm at %s (run `make helm`, or set $HELM): %v", helm, err)
-	}
-	return helm, filepath.Join(root, "charts", "dualca")
-}
-
-// runHelm runs helm with args and returns its standard output; on failure
-// the error carries helm's standard error.
-func runHelm(t *testing.T, args ...string) ([]byte, error) {
-	t.Helper()
-	helm, _ := paths(t)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// No user's helm configuration, cache or plugins.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), errors.New(err.Error() + ": " + stderr.String())
-	}
-	return stdout.Bytes(), nil
+	return filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca")
 }
 
 // valuesFile writes values (YAML) to a file for -f. Not under t.TempDir:
@@ -85,9 +55,9 @@ func valuesFile(t *testing.T, values string) string {
 func render(t *testing.T, chart, values string) (manifest, error) {
 	t.Helper()
 	if chart == "" {
-		_, chart = paths(t)
+		chart = chartDir(t)
 	}
-	out, err := runHelm(t, "template", "dualca", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
+	out, err := controlplane.Helm(t, "template", "dualca", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // The value sets the tests render; the release is "dualca" in namespace
@@ -108,11 +109,11 @@ var minimalArgs = []string{
 
 func TestLint(t *testing.T) {
 	t.Parallel()
-	_, chart := paths(t)
+	chart := chartDir(t)
 	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			out, err := runHelm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
+			out, err := controlplane.Helm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
 			NewWithT(t).Expect(err).NotTo(HaveOccurred(), "%s", out)
 		})
 	}
@@ -397,7 +398,7 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 func TestTheContainerTemplateRunsDualcaAsASidecar(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	_, dualcaChart := paths(t)
+	dualcaChart := chartDir(t)
 	gateway := t.TempDir()
 	g.Expect(os.CopyFS(filepath.Join(gateway, "charts", "dualca"), os.DirFS(dualcaChart))).To(Succeed())
 	files := map[string]string{

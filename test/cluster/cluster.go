@@ -1,8 +1,9 @@
-// Package cluster is the end-to-end test harness: a real kube-apiserver and
-// etcd (envtest) serving cert-manager's CRDs, with cert-manager's controller
+// Package cluster is a real kube-apiserver and etcd (envtest) serving
+// cert-manager's CRDs, with cert-manager's controller
 // (bin/cert-manager-controller, built by `make cert-manager`) running against
-// them as a child process. Its helpers create issuers and certificates the way
-// a user would and wait until cert-manager has acted on them.
+// them as a child process: the world of the end-to-end suite, the demo and
+// the benchmark. Its helpers create issuers and certificates the way a user
+// would and wait until cert-manager has acted on them.
 //
 // No webhook runs, so nothing is defaulted or validated: the helpers spell
 // out every field, issuerRef kind and group included.
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -88,6 +90,9 @@ type Cluster struct {
 	mu     sync.Mutex
 	cm     *child // nil while cert-manager is stopped
 	probes int
+
+	// retriggers counts the failed issuances WaitReady triggered again.
+	retriggers atomic.Int64
 
 	stopOnce sync.Once
 	stopErr  error

@@ -202,6 +202,7 @@ func (c *Cluster) WaitReady(ctx context.Context, ns string, names ...string) err
 			}
 			if cond := conditionOf(crt, cmapi.CertificateConditionIssuing); cond != nil && cond.Status == cmmeta.ConditionFalse && cond.Reason == "Failed" {
 				retriggered++
+				c.retriggers.Add(1)
 				// A failed trigger (cert-manager got there first) is tried
 				// again at the next poll, within the same three.
 				_ = c.Trigger(ctx, ns, name)
@@ -213,6 +214,10 @@ func (c *Cluster) WaitReady(ctx context.Context, ns string, names ...string) err
 	}
 	return nil
 }
+
+// Retriggers is how many failed issuances WaitReady has triggered again so
+// far, for a test to report: each is cert-manager failing, not dualca.
+func (c *Cluster) Retriggers() int64 { return c.retriggers.Load() }
 
 // settled is whether a Certificate is Ready, for its current generation, and
 // not being issued; the state is a summary of its conditions.

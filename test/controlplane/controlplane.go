@@ -1,11 +1,13 @@
 // Package controlplane tells the tests, the demo, the benchmark and the e2e
 // harness where things are on this machine: the kube-apiserver and etcd
 // binaries ($KUBEBUILDER_ASSETS when set, else the repository's bin, where
-// `make control-plane` builds them), cert-manager's CRDs, the repository,
-// and a free local address for the endpoints of a process about to start.
+// `make control-plane` builds them), the other tools built there (helm,
+// promtool), cert-manager's CRDs, the repository, and a free local address
+// for the endpoints of a process about to start.
 package controlplane
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -83,4 +85,36 @@ func TestRepoRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// Tool is the path of the tool that `make <name>` builds into the
+// repository's bin, or $env when that is set. It fails the test, saying
+// what to run, when there is no such file.
+func Tool(t testing.TB, name, env string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		path = filepath.Join(TestRepoRoot(t), "bin", name)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no %s at %s (run `make %s`, or set $%s): %v", name, path, name, env, err)
+	}
+	return path
+}
+
+// Helm runs the helm Tool ($HELM overrides it) with args and returns its
+// standard output; on failure the error carries its standard error. It
+// runs with a configuration, cache and data directory of the test's own,
+// so no user's repositories or plugins play a part.
+func Helm(t testing.TB, args ...string) ([]byte, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(Tool(t, "helm", "HELM"), args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("running helm: %w: %s", err, stderr.String())
+	}
+	return stdout.Bytes(), nil
 }

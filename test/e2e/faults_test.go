@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
 	mrand "math/rand/v2"
@@ -14,22 +13,16 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
 )
 
@@ -55,14 +48,14 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 	o.TrustPropagationDelay = 3 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 5, 1
 	args := o.Args()
-	d := run.StartProcess(t, cl.Kubeconfig, args...)
+	d := run.StartProcess(t, s.c.Kubeconfig, args...)
 	s.startTraffic()
 	r1 := s.annotations()[bundle.AnnotationRoot]
 	s.g.Expect(r1).NotTo(BeEmpty())
 
 	// The rotation is triggered without waiting for cert-manager to settle,
 	// so that the Bundle window is watched from its start.
-	s.g.Expect(cl.Trigger(s.ctx, s.ns, rootName)).To(Succeed())
+	s.g.Expect(s.c.Trigger(s.ctx, s.ns, rootName)).To(Succeed())
 	var r2 string
 	windows := []struct {
 		name string
@@ -105,7 +98,7 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 		}
 		restart := mrand.N(300 * time.Millisecond)
 		<-time.After(restart)
-		d = run.StartProcess(t, cl.Kubeconfig, args...)
+		d = run.StartProcess(t, s.c.Kubeconfig, args...)
 		t.Logf("SIGKILL %d in %s: the gateway recorded phase %s, clients %q, server on the new root: %t; %d of %d clients on it just after; restarted after %v",
 			i+1, w.name, at[bundle.AnnotationPhase], at[bundle.AnnotationClients], at[bundle.AnnotationServer] == r2, on, clients, restart.Round(time.Millisecond))
 	}
@@ -116,22 +109,13 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 	s.expectNoHarm(fmt.Sprintf("dualca SIGKILLed in each of %d phases and restarted after 0-300 ms", len(windows)))
 }
 
-// progress reads the clients annotation, "renewed=N pending=N failed=N";
-// -1 each when it cannot be read.
-func progress(a map[string]string) (renewed, pending, failed int) {
-	if _, err := fmt.Sscanf(a[bundle.AnnotationClients], "renewed=%d pending=%d failed=%d", &renewed, &pending, &failed); err != nil {
-		return -1, -1, -1
-	}
-	return renewed, pending, failed
-}
-
 // TestAPIServerRestartMidRotationConverges: in the middle of client
 // renewals, kube-apiserver stops (gracefully, as in a control plane's
 // rolling update) and comes back a few seconds later over the same etcd.
 // dualca and cert-manager reconnect by themselves and the rotation
 // converges. The gateway and the clients keep the credentials they loaded,
 // so no handshake fails meanwhile. A cluster of its own: the other
-// scenarios share cl and would all see the outage.
+// scenarios share one and would all see the outage.
 //
 // Every watcher reconnects with client-go's backoff (0.8 s doubling up to
 // 30 s, each wait jittered up to twice as long), which grows for as long
@@ -147,29 +131,29 @@ func progress(a map[string]string) (renewed, pending, failed int) {
 func TestAPIServerRestartMidRotationConverges(t *testing.T) {
 	t.Parallel()
 	c := cluster.StartT(t, cluster.Options{})
-	s, own := newScenarioOn(t, c, clients)
+	s := newScenarioOn(t, c, clients)
 	o := s.options(false)
 	o.TrustPropagationDelay = 5 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 1, 1 // twenty seconds of renewals: the restart lands in them
-	s.dualca = run.Start(s.ctx, t, c.RESTConfig, o.Syncer())
-	own.startTraffic()
+	s.startDualca(o)
+	s.startTraffic()
 
-	r2 := own.rotate()
-	own.waitPhase(r2, bundle.PhaseRenewing)
-	s.g.Eventually(func() int { return own.clientsOn(r2) }).Should(BeNumerically(">=", 2), "renewals are under way")
-	phase, onBefore := own.annotations()[bundle.AnnotationPhase], own.clientsOn(r2)
+	r2 := s.rotate()
+	s.waitPhase(r2, bundle.PhaseRenewing)
+	s.g.Eventually(func() int { return s.clientsOn(r2) }).Should(BeNumerically(">=", 2), "renewals are under way")
+	phase, onBefore := s.annotations()[bundle.AnnotationPhase], s.clientsOn(r2)
 	stopped := time.Now()
 	s.g.Expect(c.RestartAPIServer(s.ctx, 3*time.Second)).To(Succeed())
 	outage := time.Since(stopped)
-	lags := own.reloadLags(r2)
-	onAfter := own.clientsOn(r2)
+	lags := s.reloadLags(r2)
+	onAfter := s.clientsOn(r2)
 	back := time.Now()
-	own.converged(r2, 90*time.Second)
+	s.converged(r2, false, 90*time.Second)
 	var lag time.Duration
 	s.g.Eventually(lags).WithTimeout(10*time.Second).Should(Receive(&lag), "every client loaded its renewed Secret")
 	t.Logf("kube-apiserver down %v (stop, 3 s, start until healthy) in phase %s with %d of %d clients on the new root, %d when it was back; converged %v after; clients loaded their renewed Secret up to %v after it was written (their watches reconnecting)",
 		outage.Round(time.Millisecond), phase, onBefore, clients, onAfter, time.Since(back).Round(time.Millisecond), lag.Round(time.Millisecond))
-	t.Logf("re-issuances per client during the rotation: %v", own.reissues())
+	t.Logf("re-issuances per client during the rotation: %v", s.reissues())
 	s.logPhases("rotation across an API server restart", r2)
 	s.expectNoHarm(fmt.Sprintf("kube-apiserver restarted mid-rotation (down %v)", outage.Round(100*time.Millisecond)))
 }
@@ -178,19 +162,19 @@ func TestAPIServerRestartMidRotationConverges(t *testing.T) {
 // long after its Secret held one each client loaded it, and sends the
 // longest. It polls the Secrets from the API server, not through a watch,
 // which could be late itself.
-func (a *apart) reloadLags(root *x509.Certificate) <-chan time.Duration {
+func (s *scenario) reloadLags(root *x509.Certificate) <-chan time.Duration {
 	out := make(chan time.Duration, 1)
 	go func() {
 		written, longest := map[string]time.Time{}, time.Duration(0)
 		loaded := map[string]bool{}
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
-		for len(loaded) < len(a.s.clients) && a.s.ctx.Err() == nil {
-			for _, cli := range a.s.fleet.Clients() {
+		for len(loaded) < len(s.clients) && s.ctx.Err() == nil {
+			for _, cli := range s.fleet.Clients() {
 				name := cli.Name()
 				if _, ok := written[name]; !ok {
 					sec := &corev1.Secret{}
-					if a.c.Client.Get(a.s.ctx, types.NamespacedName{Namespace: a.s.ns, Name: name}, sec) == nil {
+					if s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec) == nil {
 						if leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"]); err == nil && bundle.ChainsTo(leaf[0], root) {
 							written[name] = time.Now()
 						}
@@ -225,7 +209,7 @@ func TestAConflictStormLosesNoUpdate(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
 	requests := &apirequest.Log{}
-	cfg := rest.CopyConfig(cl.RESTConfig)
+	cfg := rest.CopyConfig(s.c.RESTConfig)
 	cfg.Wrap(requests.Wrap)
 	s.startDualcaAs(cfg, s.options(false))
 	s.startTraffic()
@@ -290,7 +274,7 @@ func startStorm(s *scenario) *storm {
 			case <-tick.C:
 			}
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, stormAnnotation, strconv.Itoa(n))
-			if _, err := kube.CoreV1().Secrets(s.ns).Patch(s.ctx, gatewayName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			if _, err := s.kube.CoreV1().Secrets(s.ns).Patch(s.ctx, gatewayName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				st.errs[err.Error()]++
 				continue
 			}
@@ -326,28 +310,6 @@ func (m *monitor) stormRegressions() []string {
 	return out
 }
 
-// bundleRegressions lists the gateway versions that name as current a root
-// that an earlier version had already moved on from: once a root became
-// current, no later version may go back to an earlier one.
-func (m *monitor) bundleRegressions() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	var current string
-	seen := map[string]bool{}
-	for i, a := range m.history {
-		fp := a[bundle.AnnotationRoot]
-		if fp == "" || fp == current {
-			continue
-		}
-		if seen[fp] {
-			out = append(out, fmt.Sprintf("version %d: root %s is current again after %s", i+1, bundle.Short(fp), bundle.Short(current)))
-		}
-		seen[fp], current = true, fp
-	}
-	return out
-}
-
 // TestTwoReplicasOneWriterAndAHandover: two dualca processes elect a leader
 // through a Lease. Only the leader writes the gateway Secret and triggers
 // renewals. Killed in the middle of the renewals, its lease runs out (15 s)
@@ -370,7 +332,7 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 		addr, err := controlplane.FreeAddress()
 		s.g.Expect(err).NotTo(HaveOccurred())
 		ro.MetricsBindAddress = addr
-		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
+		replicas[i] = replica{run.StartProcess(t, s.c.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
 		fams, err := run.Scrape(r.metrics)
@@ -421,15 +383,6 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 	s.expectNoHarm(fmt.Sprintf("2 replicas, leader SIGKILLed mid-renewal, the other writing %v later", firstWrite.Round(100*time.Millisecond)))
 }
 
-// leaseHolder is who holds dualca's Lease, "" when nobody does.
-func (s *scenario) leaseHolder() string {
-	lease := &coordinationv1.Lease{}
-	if err := cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease); err != nil || lease.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *lease.Spec.HolderIdentity
-}
-
 // TestARootFromAClockAheadIsHandledWithoutFlapping: the root Secret gets a
 // root that is valid only from 20 s on, as an issuer whose clock runs ahead
 // would make it. dualca trusts it at once (clients issued from it later
@@ -446,7 +399,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 	// cert-manager would re-issue a root Secret it manages if it changed
 	// under it: the root's Certificate goes, its Secret stays, and the CA
 	// Issuer keeps signing with whatever the Secret holds.
-	s.g.Expect(cl.Client.Delete(s.ctx, &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: rootName}})).To(Succeed())
+	s.g.Expect(s.c.Client.Delete(s.ctx, &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: rootName}})).To(Succeed())
 	r1 := s.rootCert()
 	revisions, err := s.clientRevisions()
 	s.g.Expect(err).NotTo(HaveOccurred())
@@ -458,9 +411,9 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 	versions, _, _ := s.watch.result()
 
 	root := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
 	root.Data = map[string][]byte{corev1.TLSCertKey: ahead.CertPEM, corev1.TLSPrivateKeyKey: ahead.KeyPEM, "ca.crt": ahead.CertPEM}
-	s.g.Expect(cl.Client.Update(s.ctx, root)).To(Succeed())
+	s.g.Expect(s.c.Client.Update(s.ctx, root)).To(Succeed())
 	written := time.Now()
 	fp2 := bundle.Fingerprint(r2)
 
@@ -481,7 +434,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 	waiting, _, _ := s.watch.result()
 	rewrites := waiting - versions
 	s.g.Expect(rewrites).To(BeNumerically("<=", 3), "the gateway Secret is not rewritten while the root is not valid yet")
-	reasons, err := eventReasons(s)
+	reasons, err := s.dualcaEvents()
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(reasons).NotTo(ContainElement(HaveSuffix(" "+bundle.ReasonRootInvalid)), "the root is not reported invalid")
 
@@ -490,7 +443,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 	// cert-manager dates a leaf from the moment it signs it.
 	for _, name := range s.clients {
 		sec := &corev1.Secret{}
-		s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
+		s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
 		leaf, err := bundle.ParseCertificates("tls.crt", sec.Data[corev1.TLSCertKey])
 		s.g.Expect(err).NotTo(HaveOccurred())
 		s.g.Expect(leaf[0].NotBefore).NotTo(BeTemporally("<", r2.NotBefore), "client %s was issued from the new root only once it was valid", name)
@@ -502,50 +455,6 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 		r2.NotBefore.Sub(written).Round(time.Millisecond), trustedAfter.Round(time.Millisecond), rewrites, renewing, switched.Sub(r2.NotBefore))
 	s.logPhases("rotation to a root from a clock 20 s ahead", r2)
 	s.expectNoHarm("a root valid 20 s after it was written (issuer clock ahead)")
-}
-
-// clientRevisions are the status revisions of the client Certificates, by
-// name: a re-issuance increments one.
-func (s *scenario) clientRevisions() (map[string]int, error) {
-	var list cmapi.CertificateList
-	if err := cl.Client.List(s.ctx, &list, client.InNamespace(s.ns), client.MatchingLabels{clientLabel: "agent"}); err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	for _, crt := range list.Items {
-		if crt.Status.Revision != nil {
-			out[crt.Name] = *crt.Status.Revision
-		}
-	}
-	return out, nil
-}
-
-// trustedRoots are the fingerprints of the gateway's ca.crt.
-func (s *scenario) trustedRoots() []string {
-	gw := &corev1.Secret{}
-	_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
-	cs, _ := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
-	return fingerprints(cs)
-}
-
-// rootCert is the root in the root Secret.
-func (s *scenario) rootCert() *x509.Certificate {
-	s.t.Helper()
-	sec := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, sec)).To(Succeed())
-	cs, err := bundle.ParseCertificates("tls.crt", sec.Data[corev1.TLSCertKey])
-	s.g.Expect(err).NotTo(HaveOccurred())
-	return cs[0]
-}
-
-// clientsOnFingerprint counts the clients whose leaf chains to the root
-// with fingerprint fp, which must be the root Secret's.
-func (s *scenario) clientsOnFingerprint(fp string) int {
-	root := s.rootCert()
-	if bundle.Fingerprint(root) != fp {
-		return 0
-	}
-	return s.clientsOn(root)
 }
 
 // expectNoHarm reports the handshakes under what (the fault and its
@@ -564,141 +473,7 @@ func (s *scenario) expectNoHarm(what string) {
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; gateway versions checked %d (races %d), violations %d; %s",
 		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, versions, races, len(violations), renewals)
 	s.g.Expect(f.Total.Attempts).To(BeNumerically(">", 10*len(s.clients)), "the clients handshook throughout")
-	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v", f.Total.Errors)
+	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v (the gateway's errors: %v)", f.Total.Errors, gw.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
-}
-
-// apart is what a scenario needs of the cluster, for a scenario on a
-// cluster of its own (see newScenarioOn): the helpers of scenario talk to
-// the shared cluster cl.
-type apart struct {
-	s    *scenario
-	c    *cluster.Cluster
-	kube kubernetes.Interface
-}
-
-// newScenarioOn is newScenario on cluster c.
-func newScenarioOn(t *testing.T, c *cluster.Cluster, n int) (*scenario, *apart) {
-	t.Helper()
-	g := NewWithT(t)
-	g.SetDefaultEventuallyTimeout(30 * time.Second)
-	g.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	name := strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
-	s := &scenario{t: t, g: g, ctx: ctx, ns: fmt.Sprintf("%s-%d", name[:min(len(name), 50)], scenarios.Add(1))}
-	a := &apart{s: s, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig)}
-	g.Expect(c.CreateNamespace(ctx, s.ns)).To(Succeed())
-	_, err := c.CreateRootCA(ctx, s.ns, rootName)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(c.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
-	s.clients, err = c.CreateClients(ctx, s.ns, issuerName, "agent", n, map[string]string{clientLabel: "agent"})
-	g.Expect(err).NotTo(HaveOccurred())
-	s.watch = &monitor{leaves: map[string]*x509.Certificate{}, firsts: map[string]time.Time{}, expected: len(s.clients)}
-	factory := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithNamespace(s.ns))
-	_, err = factory.Core().V1().Secrets().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.watch.seen(obj.(*corev1.Secret), false) },
-		UpdateFunc: func(_, obj any) { s.watch.seen(obj.(*corev1.Secret), false) },
-		DeleteFunc: func(obj any) {
-			if sec, ok := obj.(*corev1.Secret); ok {
-				s.watch.seen(sec, true)
-			}
-		},
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	factory.Start(ctx.Done())
-	t.Cleanup(func() {
-		cancel()
-		factory.Shutdown()
-		if s.fleet != nil {
-			s.fleet.Wait()
-		}
-		if s.gateway != nil {
-			s.gateway.Wait()
-		}
-	})
-	return s, a
-}
-
-func (a *apart) startTraffic() {
-	s := a.s
-	s.t.Helper()
-	s.g.Eventually(func() error {
-		return a.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, &corev1.Secret{})
-	}).Should(Succeed())
-	s.gateway = mtls.NewGateway(mtls.OneObjectWatches(a.kube, s.ns), gatewayName)
-	s.g.Expect(s.gateway.Start(s.ctx)).To(Succeed())
-	s.fleet = mtls.NewFleet(mtls.OneObjectWatches(a.kube, s.ns), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: 100 * time.Millisecond})
-	s.fleet.Start(s.ctx)
-	s.g.Eventually(s.fleet.Stats).Should(HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 3)))
-}
-
-func (a *apart) rotate() *x509.Certificate {
-	s := a.s
-	s.t.Helper()
-	r, err := a.c.RotateRoot(s.ctx, s.ns, rootName)
-	s.g.Expect(err).NotTo(HaveOccurred())
-	s.t.Logf("%s: root rotated to %s", s.ns, bundle.Short(bundle.Fingerprint(r)))
-	return r
-}
-
-func (a *apart) annotations() map[string]string {
-	gw := &corev1.Secret{}
-	_ = a.c.Client.Get(a.s.ctx, types.NamespacedName{Namespace: a.s.ns, Name: gatewayName}, gw)
-	return gw.Annotations
-}
-
-func (a *apart) waitPhase(root *x509.Certificate, phase bundle.Phase) {
-	a.s.t.Helper()
-	a.s.g.Eventually(a.annotations).Should(And(
-		HaveKeyWithValue(bundle.AnnotationRoot, bundle.Fingerprint(root)),
-		HaveKeyWithValue(bundle.AnnotationPhase, string(phase))))
-}
-
-func (a *apart) clientsOn(root *x509.Certificate) int {
-	n := 0
-	for _, name := range a.s.clients {
-		sec := &corev1.Secret{}
-		if a.c.Client.Get(a.s.ctx, types.NamespacedName{Namespace: a.s.ns, Name: name}, sec) != nil {
-			continue
-		}
-		if leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"]); err == nil && bundle.ChainsTo(leaf[0], root) {
-			n++
-		}
-	}
-	return n
-}
-
-// reissues counts the clients by how many times cert-manager issued them
-// since they were created (status revision - 1).
-func (a *apart) reissues() map[int]int {
-	var list cmapi.CertificateList
-	a.s.g.Expect(a.c.Client.List(a.s.ctx, &list, client.InNamespace(a.s.ns), client.MatchingLabels{clientLabel: "agent"})).To(Succeed())
-	out := map[int]int{}
-	for _, crt := range list.Items {
-		if crt.Status.Revision != nil {
-			out[*crt.Status.Revision-1]++
-		}
-	}
-	return out
-}
-
-// converged is scenario.converged (zero-downtime) on the scenario's cluster.
-func (a *apart) converged(root *x509.Certificate, timeout time.Duration) {
-	s := a.s
-	s.t.Helper()
-	fp := bundle.Fingerprint(root)
-	s.g.Eventually(func(g Gomega) {
-		g.Expect(a.annotations()).To(And(HaveKeyWithValue(bundle.AnnotationPhase, string(bundle.PhaseSteady)), HaveKeyWithValue(bundle.AnnotationServer, fp)))
-		gw := &corev1.Secret{}
-		g.Expect(a.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)).To(Succeed())
-		roots, err := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(fingerprints(roots)).To(Equal([]string{fp}), "the gateway trusts the new root alone")
-		g.Expect(a.clientsOn(root)).To(Equal(len(s.clients)), "every client is on the new root")
-	}).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
-	base := s.fleet.Stats().Total.Successes
-	s.g.Eventually(s.fleet.Stats).WithTimeout(timeout).Should(And(
-		HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 2)),
-		HaveField("Total.Successes", BeNumerically(">", base+2*len(s.clients)))), "every client gets through")
 }

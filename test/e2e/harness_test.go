@@ -1,26 +1,37 @@
+// Package e2e is the end-to-end suite: everything runs for real,
+// kube-apiserver and etcd, cert-manager's controller issuing the root and
+// the clients, dualca, and a TLS gateway and clients that reload their
+// credentials from their Secrets and handshake all the time. Timings are
+// compressed to seconds.
+//
+// Each test is a scenario (harness_test.go): a namespace of its own with a
+// root CA, its CA issuer, the client Certificates, dualca, the gateway, the
+// clients and a monitor (monitor_test.go) that checks every gateway version
+// against the roots in use. Scenarios share one cluster unless a test needs
+// one of its own (the API server restart).
 package e2e
 
 import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"maps"
+	mrand "math/rand/v2"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
@@ -29,14 +40,9 @@ import (
 	"github.com/dualca/dualca/test/run"
 )
 
-// The end-to-end tests run everything for real: kube-apiserver and etcd,
-// cert-manager's controller issuing the root and the clients, dualca, and a
-// TLS gateway and clients that reload their credentials from their Secrets
-// and handshake all the time. Timings are compressed to seconds.
-
 var (
-	cl        *cluster.Cluster
-	kube      kubernetes.Interface
+	// shared is the cluster the scenarios run on unless they start their own.
+	shared    *cluster.Cluster
 	scenarios atomic.Int32
 )
 
@@ -46,9 +52,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "starting the cluster:", err)
 		os.Exit(1)
 	}
-	cl = c
-	kube = kubernetes.NewForConfigOrDie(c.RESTConfig)
+	shared = c
 	code := m.Run()
+	// cert-manager's, not dualca's: counted so that a run shows them.
+	fmt.Printf("cert-manager issuances that failed and were triggered again by the harness: %d\n", c.Retriggers())
 	if err := c.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
 	}
@@ -62,11 +69,16 @@ const (
 	clientLabel = "dualca.io/client"
 )
 
-// scenario is one namespace with a root CA, its CA issuer, the client
-// Certificates, dualca, the gateway and the clients.
+// clients is the size of each scenario's fleet.
+const clients = 20
+
+// scenario is one namespace of a cluster with a root CA, its CA issuer, the
+// client Certificates, dualca, the gateway and the clients.
 type scenario struct {
 	t       *testing.T
 	g       *WithT
+	c       *cluster.Cluster
+	kube    kubernetes.Interface
 	ns      string
 	clients []string
 	ctx     context.Context
@@ -77,26 +89,35 @@ type scenario struct {
 	watch   *monitor
 }
 
-func newScenario(t *testing.T, clients int) *scenario {
+// newScenario is a scenario of n clients on the shared cluster.
+func newScenario(t *testing.T, n int) *scenario {
+	t.Helper()
+	return newScenarioOn(t, shared, n)
+}
+
+// newScenarioOn is a scenario of n clients on cluster c, its monitor
+// watching from before dualca starts.
+func newScenarioOn(t *testing.T, c *cluster.Cluster, n int) *scenario {
 	t.Helper()
 	g := NewWithT(t)
 	// Generous by default: CI machines are slower and busier than this one.
 	g.SetDefaultEventuallyTimeout(30 * time.Second)
 	g.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &scenario{t: t, g: g, ctx: ctx, ns: strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))}
+	s := &scenario{t: t, g: g, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), ctx: ctx,
+		ns: strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))}
 	if len(s.ns) > 50 {
 		s.ns = s.ns[:50]
 	}
 	// Unique, so that -count=N runs each scenario in a fresh namespace.
 	s.ns = fmt.Sprintf("%s-%d", strings.Trim(s.ns, "-"), scenarios.Add(1))
-	g.Expect(cl.CreateNamespace(ctx, s.ns)).To(Succeed())
-	_, err := cl.CreateRootCA(ctx, s.ns, rootName)
+	g.Expect(c.CreateNamespace(ctx, s.ns)).To(Succeed())
+	_, err := c.CreateRootCA(ctx, s.ns, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cl.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
-	s.clients, err = cl.CreateClients(ctx, s.ns, issuerName, "agent", clients, map[string]string{clientLabel: "agent"})
+	g.Expect(c.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
+	s.clients, err = c.CreateClients(ctx, s.ns, issuerName, "agent", n, map[string]string{clientLabel: "agent"})
 	g.Expect(err).NotTo(HaveOccurred())
-	s.watch = startMonitor(ctx, t, s.ns, len(s.clients))
+	s.watch = startMonitor(ctx, t, s.kube, s.ns, len(s.clients))
 	t.Cleanup(func() {
 		cancel()
 		if s.fleet != nil {
@@ -129,7 +150,7 @@ func (s *scenario) options(legacy bool) flags.Options {
 // startDualca runs dualca in this process with o, replacing the one running.
 func (s *scenario) startDualca(o flags.Options) {
 	s.t.Helper()
-	s.startDualcaAs(cl.RESTConfig, o)
+	s.startDualcaAs(s.c.RESTConfig, o)
 }
 
 // startDualcaAs is startDualca talking to the API server with cfg, for
@@ -142,17 +163,14 @@ func (s *scenario) startDualcaAs(cfg *rest.Config, o flags.Options) {
 	s.dualca = run.Start(s.ctx, s.t, cfg, o.Syncer())
 }
 
-// startTraffic starts the gateway on the gateway Secret and every client
-// on its own Secret, and waits until every client gets through.
+// startTraffic starts the gateway on the gateway Secret, which returns once
+// it serves dualca's first version, then every client on its own Secret,
+// and waits until every client gets through.
 func (s *scenario) startTraffic() {
 	s.t.Helper()
-	s.g.Eventually(func() error {
-		return cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, &corev1.Secret{})
-	}).
-		WithTimeout(30 * time.Second).Should(Succeed())
-	s.gateway = mtls.NewGateway(mtls.OneObjectWatches(kube, s.ns), gatewayName)
+	s.gateway = mtls.NewGateway(mtls.OneObjectWatches(s.kube, s.ns), gatewayName)
 	s.g.Expect(s.gateway.Start(s.ctx)).To(Succeed())
-	s.fleet = mtls.NewFleet(mtls.OneObjectWatches(kube, s.ns), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: 100 * time.Millisecond})
+	s.fleet = mtls.NewFleet(mtls.OneObjectWatches(s.kube, s.ns), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: 100 * time.Millisecond})
 	s.fleet.Start(s.ctx)
 	s.g.Eventually(s.fleet.Stats).WithTimeout(30 * time.Second).Should(HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 3)))
 }
@@ -160,7 +178,7 @@ func (s *scenario) startTraffic() {
 // rotate makes cert-manager issue a new root and returns it.
 func (s *scenario) rotate() *x509.Certificate {
 	s.t.Helper()
-	r, err := cl.RotateRoot(s.ctx, s.ns, rootName)
+	r, err := s.c.RotateRoot(s.ctx, s.ns, rootName)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.t.Logf("%s: root rotated to %s", s.ns, bundle.Short(bundle.Fingerprint(r)))
 	return r
@@ -174,7 +192,7 @@ func (s *scenario) converged(root *x509.Certificate, legacy bool, timeout time.D
 	fp := bundle.Fingerprint(root)
 	s.g.Eventually(func(g Gomega) {
 		gw := &corev1.Secret{}
-		g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)).To(Succeed())
+		g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)).To(Succeed())
 		roots, err := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(fingerprints(roots)).To(Equal([]string{fp}), "the gateway trusts the new root alone")
@@ -186,7 +204,7 @@ func (s *scenario) converged(root *x509.Certificate, legacy bool, timeout time.D
 		}
 		for _, name := range s.clients {
 			sec := &corev1.Secret{}
-			g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
+			g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
 			leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"])
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(bundle.ChainsTo(leaf[0], root)).To(BeTrue(), "client %s is on the new root", name)
@@ -201,7 +219,7 @@ func (s *scenario) converged(root *x509.Certificate, legacy bool, timeout time.D
 // annotations are the gateway Secret's, nil when it cannot be read.
 func (s *scenario) annotations() map[string]string {
 	gw := &corev1.Secret{}
-	_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+	_ = s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
 	return gw.Annotations
 }
 
@@ -224,171 +242,138 @@ func (s *scenario) report(what string) (attempts, failures int) {
 	return f.Total.Attempts, f.Total.Failures
 }
 
+// logPhases logs how long each phase of the rotation to root took to come.
+func (s *scenario) logPhases(what string, root *x509.Certificate) {
+	b, r, c, sw, st := s.watch.phases(root)
+	s.t.Logf("%s: root changed -> gateway trusts it %v, renewing %v, every client on it %v, server switched %v, steady %v", what, b, r, c, sw, st)
+}
+
+// rootCert is the root in the root Secret.
+func (s *scenario) rootCert() *x509.Certificate {
+	s.t.Helper()
+	sec := &corev1.Secret{}
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, sec)).To(Succeed())
+	cs, err := bundle.ParseCertificates("tls.crt", sec.Data[corev1.TLSCertKey])
+	s.g.Expect(err).NotTo(HaveOccurred())
+	return cs[0]
+}
+
+// trustedRoots are the fingerprints of the gateway's ca.crt.
+func (s *scenario) trustedRoots() []string {
+	gw := &corev1.Secret{}
+	_ = s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+	cs, _ := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
+	return fingerprints(cs)
+}
+
+// clientsOn counts the clients whose Secret holds a leaf from root.
+func (s *scenario) clientsOn(root *x509.Certificate) int {
+	n := 0
+	for _, name := range s.clients {
+		sec := &corev1.Secret{}
+		if s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec) != nil {
+			continue
+		}
+		if leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"]); err == nil && bundle.ChainsTo(leaf[0], root) {
+			n++
+		}
+	}
+	return n
+}
+
+// clientsOnFingerprint counts the clients whose leaf chains to the root
+// with fingerprint fp, which must be the root Secret's.
+func (s *scenario) clientsOnFingerprint(fp string) int {
+	root := s.rootCert()
+	if bundle.Fingerprint(root) != fp {
+		return 0
+	}
+	return s.clientsOn(root)
+}
+
+// clientCertificates are the client Certificates of the scenario.
+func (s *scenario) clientCertificates() ([]cmapi.Certificate, error) {
+	var list cmapi.CertificateList
+	if err := s.c.Client.List(s.ctx, &list, client.InNamespace(s.ns), client.MatchingLabels{clientLabel: "agent"}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// clientRevisions are the status revisions of the client Certificates, by
+// name: a re-issuance increments one.
+func (s *scenario) clientRevisions() (map[string]int, error) {
+	crts, err := s.clientCertificates()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, crt := range crts {
+		if crt.Status.Revision != nil {
+			out[crt.Name] = *crt.Status.Revision
+		}
+	}
+	return out, nil
+}
+
+// reissues counts the clients by how many times cert-manager issued them
+// since they were created (status revision - 1).
+func (s *scenario) reissues() map[int]int {
+	crts, err := s.clientCertificates()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	out := map[int]int{}
+	for _, crt := range crts {
+		if crt.Status.Revision != nil {
+			out[*crt.Status.Revision-1]++
+		}
+	}
+	return out
+}
+
+// leaseHolder is who holds dualca's Lease, "" when nobody does.
+func (s *scenario) leaseHolder() string {
+	lease := &coordinationv1.Lease{}
+	if err := s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease); err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// dualcaEvents lists "Type Reason" of the events dualca reported in the
+// scenario's namespace.
+func (s *scenario) dualcaEvents() ([]string, error) {
+	var list eventsv1.EventList
+	if err := s.c.Client.List(s.ctx, &list, client.InNamespace(s.ns)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.ReportingController == "dualca" {
+			out = append(out, e.Type+" "+e.Reason)
+		}
+	}
+	return out, nil
+}
+
+// progress reads the clients annotation, "renewed=N pending=N failed=N";
+// -1 each when it cannot be read.
+func progress(a map[string]string) (renewed, pending, failed int) {
+	if _, err := fmt.Sscanf(a[bundle.AnnotationClients], "renewed=%d pending=%d failed=%d", &renewed, &pending, &failed); err != nil {
+		return -1, -1, -1
+	}
+	return renewed, pending, failed
+}
+
+// pause waits a random moment, so rotations land at different points of
+// whatever dualca, cert-manager and the clients are doing.
+func pause(min, max time.Duration) {
+	<-time.After(min + mrand.N(max-min))
+}
+
 func fingerprints(cs []*x509.Certificate) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = bundle.Fingerprint(c)
 	}
 	return out
-}
-
-// monitor watches every Secret of the namespace through one informer, so
-// it sees their versions in the order the API server made them, and checks
-// after each one that the gateway trusts every root in use: the server's
-// and that of every client's unexpired leaf. It also times the phases.
-type monitor struct {
-	mu         sync.Mutex
-	leaves     map[string]*x509.Certificate // client Secret name -> leaf
-	gateway    *corev1.Secret
-	root       *x509.Certificate // the root Secret's current root
-	violations []string
-	// expected is the number of clients: all of them on a root is timed.
-	expected int
-	// races counts client leaves issued by a root that the root Secret
-	// already holds but that dualca has not yet written to the gateway:
-	// cert-manager issuing from a root it just rotated, inside dualca's
-	// propagation time. Not dualca's to prevent; the window is measured.
-	races    int
-	versions int
-	// history holds the annotations of every gateway version, in order.
-	history []map[string]string
-	// firsts records when something was first seen: "root <fp>",
-	// "phase <Phase> <root fp>", "server <fp>".
-	firsts map[string]time.Time
-}
-
-func startMonitor(ctx context.Context, t *testing.T, ns string, clients int) *monitor {
-	m := &monitor{leaves: map[string]*x509.Certificate{}, firsts: map[string]time.Time{}, expected: clients}
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Secrets().Informer()
-	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { m.seen(obj.(*corev1.Secret), false) },
-		UpdateFunc: func(_, obj any) { m.seen(obj.(*corev1.Secret), false) },
-		DeleteFunc: func(obj any) {
-			if s, ok := obj.(*corev1.Secret); ok {
-				m.seen(s, true)
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	t.Cleanup(factory.Shutdown)
-	return m
-}
-
-func (m *monitor) seen(s *corev1.Secret, deleted bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := time.Now()
-	first := func(k string) {
-		if _, ok := m.firsts[k]; !ok {
-			m.firsts[k] = now
-		}
-	}
-	switch {
-	case s.Name == rootName:
-		if cs, err := bundle.ParseCertificates("tls.crt", s.Data["tls.crt"]); err == nil && !deleted {
-			first("root " + bundle.Fingerprint(cs[0]))
-			m.root = cs[0]
-		}
-		return
-	case s.Name == gatewayName:
-		if deleted {
-			m.gateway = nil
-			return
-		}
-		m.gateway = s
-		m.versions++
-		m.history = append(m.history, maps.Clone(s.Annotations))
-		a := s.Annotations
-		first("bundle " + a[bundle.AnnotationRoot])
-		first("phase " + a[bundle.AnnotationPhase] + " " + a[bundle.AnnotationRoot])
-		first("server " + a[bundle.AnnotationServer])
-	case s.Labels[clientLabel] != "":
-		delete(m.leaves, s.Name)
-		if cs, err := bundle.ParseCertificates("tls.crt", s.Data["tls.crt"]); err == nil && !deleted {
-			m.leaves[s.Name] = cs[0]
-		}
-		if m.root != nil && len(m.leaves) == m.expected && !slices.ContainsFunc(slices.Collect(maps.Values(m.leaves)), func(l *x509.Certificate) bool {
-			return !bundle.ChainsTo(l, m.root)
-		}) {
-			first("clients " + bundle.Fingerprint(m.root))
-		}
-	default:
-		return
-	}
-	m.check(now)
-}
-
-// check is the invariant: only for versions the zero-downtime strategy
-// wrote; the legacy one drops the old root by design.
-func (m *monitor) check(now time.Time) {
-	if m.gateway == nil || m.gateway.Annotations[bundle.AnnotationStrategy] != bundle.StrategyZeroDowntime {
-		return
-	}
-	roots, err := bundle.ParseCertificates("ca.crt", m.gateway.Data["ca.crt"])
-	if err != nil {
-		m.violations = append(m.violations, "gateway "+m.gateway.ResourceVersion+": "+err.Error())
-		return
-	}
-	trusted := func(c *x509.Certificate) bool {
-		return slices.ContainsFunc(roots, func(r *x509.Certificate) bool { return bundle.ChainsTo(c, r) })
-	}
-	if chain, err := bundle.ParseCertificates("tls.crt", m.gateway.Data["tls.crt"]); err != nil || !trusted(chain[0]) {
-		m.violations = append(m.violations, "gateway "+m.gateway.ResourceVersion+": the server's root is not in ca.crt")
-	}
-	for name, leaf := range m.leaves {
-		if !now.Before(leaf.NotAfter) || trusted(leaf) {
-			continue
-		}
-		if m.root != nil && bundle.ChainsTo(leaf, m.root) && m.gateway.Annotations[bundle.AnnotationRoot] != bundle.Fingerprint(m.root) {
-			m.races++
-			continue
-		}
-		m.violations = append(m.violations, fmt.Sprintf("gateway %s does not trust the root of client %s", m.gateway.ResourceVersion, name))
-	}
-}
-
-// firstGateway returns the annotations of the first gateway version that
-// satisfies match, nil if none did.
-func (m *monitor) firstGateway(match func(map[string]string) bool) map[string]string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, a := range m.history {
-		if match(a) {
-			return a
-		}
-	}
-	return nil
-}
-
-// result returns the gateway versions seen, the races (see monitor) and
-// the violations of the invariant.
-func (m *monitor) result() (versions, races int, violations []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.versions, m.races, slices.Clone(m.violations)
-}
-
-// phases returns how long after the root changed the gateway first
-// trusted it, moved to Renewing, every client was on it, the server
-// switched to it, and the gateway was Steady with it alone (zero when not
-// seen).
-func (m *monitor) phases(root *x509.Certificate) (bundled, renewing, clients, switched, steady time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	fp := bundle.Fingerprint(root)
-	start, ok := m.firsts["root "+fp]
-	if !ok {
-		return
-	}
-	since := func(k string) time.Duration {
-		if t, ok := m.firsts[k]; ok {
-			return t.Sub(start).Round(time.Millisecond)
-		}
-		return 0
-	}
-	return since("bundle " + fp), since("phase Renewing " + fp), since("clients " + fp), since("server " + fp), since("phase Steady " + fp)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,14 +44,14 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 	s := newScenario(t, clients)
 	roles, sa := s.installChartRBAC(false)
 	requests := &apirequest.Log{}
-	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(false))
+	s.startDualcaAs(s.impersonating(sa, requests), s.options(false))
 	s.startTraffic()
 
 	r2 := s.rotate()
 	s.converged(r2, false, 60*time.Second)
 	_, failures := s.report("zero-downtime, as the chart's ServiceAccount")
 	s.g.Expect(failures).To(BeZero(), "no handshake failed: %v", s.fleet.Stats().Total.Errors)
-	s.g.Eventually(func() ([]string, error) { return dualcaEvents(s) }).WithTimeout(10*time.Second).Should(ContainElements(
+	s.g.Eventually(func() ([]string, error) { return s.dualcaEvents() }).WithTimeout(10*time.Second).Should(ContainElements(
 		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonBundleUpdated, "Normal "+bundle.ReasonClientRenewalTriggered,
 		"Normal "+bundle.ReasonServerSwitched, "Normal "+bundle.ReasonRootRetired), "dualca's events were recorded")
 	s.expectEveryPermissionUsed(roles, requests)
@@ -61,11 +59,11 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 	// With the same identity, what dualca must not do is refused.
 	c := s.clientAs(sa)
 	unrelated := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "unrelated"}, StringData: map[string]string{"k": "v"}}
-	s.g.Expect(cl.Client.Create(s.ctx, unrelated.DeepCopy())).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, unrelated.DeepCopy())).To(Succeed())
 	other := "other-" + s.ns
-	s.g.Expect(cl.CreateNamespace(s.ctx, other)).To(Succeed())
+	s.g.Expect(s.c.CreateNamespace(s.ctx, other)).To(Succeed())
 	elsewhere := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "elsewhere"}}
-	s.g.Expect(cl.Client.Create(s.ctx, elsewhere.DeepCopy())).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, elsewhere.DeepCopy())).To(Succeed())
 	forbidden := map[string]error{
 		"reading an unrelated Secret by name":      c.Get(s.ctx, client.ObjectKeyFromObject(unrelated), &corev1.Secret{}),
 		"updating an unrelated Secret":             c.Update(s.ctx, edited(s, unrelated)),
@@ -92,14 +90,14 @@ func TestChartRBACIsEnoughForTheLegacyStrategy(t *testing.T) {
 	s := newScenario(t, clients)
 	roles, sa := s.installChartRBAC(true)
 	requests := &apirequest.Log{}
-	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(true))
+	s.startDualcaAs(s.impersonating(sa, requests), s.options(true))
 	s.startTraffic()
 
 	r2 := s.rotate()
 	s.converged(r2, true, 60*time.Second)
 	s.report("legacy, as the chart's ServiceAccount")
 	s.g.Expect(s.dualca.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
-	s.g.Eventually(func() ([]string, error) { return dualcaEvents(s) }).WithTimeout(10 * time.Second).Should(ContainElements(
+	s.g.Eventually(func() ([]string, error) { return s.dualcaEvents() }).WithTimeout(10 * time.Second).Should(ContainElements(
 		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonClientRenewalTriggered))
 	s.expectEveryPermissionUsed(roles, requests)
 	s.g.Expect(apierrors.IsForbidden(s.clientAs(sa).Status().Update(s.ctx, clientCertificate(s)))).To(BeTrue(),
@@ -115,7 +113,7 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 	requests := &apirequest.Log{}
 	o := s.options(false)
 	o.LeaderElect = true
-	s.startDualcaAs(impersonating(s.ns, sa, requests), o)
+	s.startDualcaAs(s.impersonating(sa, requests), o)
 	s.startTraffic()
 
 	r2 := s.rotate()
@@ -123,11 +121,11 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 	_, failures := s.report("zero-downtime with leader election, as the chart's ServiceAccount")
 	s.g.Expect(failures).To(BeZero())
 	lease := &coordinationv1.Lease{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease)).To(Succeed())
 	s.g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Not(BeEmpty())), "dualca holds the Lease")
 	s.g.Eventually(func(g Gomega) {
 		var events corev1.EventList
-		g.Expect(cl.Client.List(s.ctx, &events, client.InNamespace(s.ns))).To(Succeed())
+		g.Expect(s.c.Client.List(s.ctx, &events, client.InNamespace(s.ns))).To(Succeed())
 		g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", "LeaderElection"), HaveField("InvolvedObject.Kind", "Lease"))))
 	}).WithTimeout(10*time.Second).Should(Succeed(), "the election's event was recorded")
 	s.expectEveryPermissionUsed(roles, requests)
@@ -159,7 +157,7 @@ certManagement: {legacy: %[5]t}
 		default:
 			continue
 		}
-		s.g.Expect(cl.Client.Create(s.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
+		s.g.Expect(s.c.Client.Create(s.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
 	}
 	s.g.Expect(sa).NotTo(BeEmpty(), "the chart renders a ServiceAccount")
 	s.g.Expect(roles).To(HaveLen(1), "root, gateway and clients share the scenario's namespace: one Role")
@@ -170,29 +168,16 @@ certManagement: {legacy: %[5]t}
 // namespace ns, with bin/helm ($HELM overrides it).
 func renderChart(t *testing.T, ns, values string) []*unstructured.Unstructured {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := os.Getenv("HELM")
-	if helm == "" {
-		helm = filepath.Join(root, "bin", "helm")
-	}
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("no helm at %s (run `make helm`, or set $HELM): %v", helm, err)
-	}
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(valuesFile, []byte(values), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helm, "template", "dualca", filepath.Join(root, "charts", "dualca"), "--namespace", ns, "-f", valuesFile)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm template: %v: %s", err, stderr.String())
+	out, err := controlplane.Helm(t, "template", "dualca", filepath.Join(controlplane.TestRepoRoot(t), "charts", "dualca"), "--namespace", ns, "-f", valuesFile)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
 		var obj map[string]any
 		err := d.Decode(&obj)
@@ -208,11 +193,11 @@ func renderChart(t *testing.T, ns, values string) []*unstructured.Unstructured {
 	}
 }
 
-// impersonating is the admin's config acting as ServiceAccount ns/sa,
-// recording every request into log.
-func impersonating(ns, sa string, log *apirequest.Log) *rest.Config {
-	cfg := rest.CopyConfig(cl.RESTConfig)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa}
+// impersonating is the admin's config acting as the scenario's
+// ServiceAccount sa, recording every request into log unless it is nil.
+func (s *scenario) impersonating(sa string, log *apirequest.Log) *rest.Config {
+	cfg := rest.CopyConfig(s.c.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + s.ns + ":" + sa}
 	if log != nil {
 		cfg.Wrap(log.Wrap)
 	}
@@ -221,7 +206,7 @@ func impersonating(ns, sa string, log *apirequest.Log) *rest.Config {
 
 // clientAs is a client acting as the scenario's ServiceAccount sa.
 func (s *scenario) clientAs(sa string) client.Client {
-	c, err := client.New(impersonating(s.ns, sa, nil), client.Options{Scheme: cl.Client.Scheme()})
+	c, err := client.New(s.impersonating(sa, nil), client.Options{Scheme: s.c.Client.Scheme()})
 	s.g.Expect(err).NotTo(HaveOccurred())
 	return c
 }
@@ -229,7 +214,7 @@ func (s *scenario) clientAs(sa string) client.Client {
 // edited returns obj as the API server holds it, with a change to write.
 func edited(s *scenario, obj *corev1.Secret) *corev1.Secret {
 	cur := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, client.ObjectKeyFromObject(obj), cur)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(obj), cur)).To(Succeed())
 	cur.StringData = map[string]string{"written-by": "dualca"}
 	return cur
 }
@@ -240,25 +225,9 @@ func clientCertificate(s *scenario) client.Object {
 	crt := &unstructured.Unstructured{}
 	crt.SetAPIVersion("cert-manager.io/v1")
 	crt.SetKind("Certificate")
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: s.clients[0]}, crt)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: s.clients[0]}, crt)).To(Succeed())
 	s.g.Expect(unstructured.SetNestedField(crt.Object, "1h", "spec", "renewBefore")).To(Succeed())
 	return crt
-}
-
-// dualcaEvents lists "Type Reason" of the events dualca reported in the
-// scenario's namespace.
-func dualcaEvents(s *scenario) ([]string, error) {
-	var list eventsv1.EventList
-	if err := cl.Client.List(s.ctx, &list, client.InNamespace(s.ns)); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.ReportingController == "dualca" {
-			out = append(out, e.Type+" "+e.Reason)
-		}
-	}
-	return out, nil
 }
 
 // expectEveryPermissionUsed checks that the API server refused none of

@@ -7,14 +7,12 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	mrand "math/rand/v2"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,15 +20,6 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 )
-
-// clients is the size of each scenario's fleet.
-const clients = 20
-
-// pause waits a random moment, so rotations land at different points of
-// whatever dualca, cert-manager and the clients are doing.
-func pause(min, max time.Duration) {
-	<-time.After(min + mrand.N(max-min))
-}
 
 // TestZeroDowntimeRotationsFailNoHandshake: three forced rotations at random
 // moments, the second while the first is still moving clients; not one
@@ -72,8 +61,6 @@ func TestZeroDowntimeRotationsFailNoHandshake(t *testing.T) {
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
 	s.expectCacheHoldsOnlyWhatItNeeds()
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
-	fragments, scanned := s.expectNoSecretMaterial()
-	t.Logf("secrets stay secret: %d fragments of the namespace's keys and certificates looked for in %d bytes of dualca's log, events and metrics: none found", fragments, scanned)
 }
 
 // TestLegacyRotationsCutClientsOffAndConverge: the same script with the
@@ -122,15 +109,19 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 
 	// legacy -> zero-downtime in the middle of the legacy strategy's
 	// rotation: slowed down, it has re-issued some clients from R3 and not
-	// the others yet. The adopted bundle must keep R2 for those.
+	// the others yet. The adopted bundle must keep R2 for those. The
+	// legacy dualca is stopped before they are counted: it deletes client
+	// Secrets while cert-manager, slow on a busy machine, re-issues them,
+	// and a client whose Secret is deleted is on neither root.
 	slow := s.options(true)
-	slow.RenewalQPS, slow.RenewalBurst = 4, 1
+	slow.RenewalQPS, slow.RenewalBurst = 1, 1
 	s.startDualca(slow)
 	r3 := s.rotate()
 	s.g.Eventually(func() int { return s.clientsOn(r3) }).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
 	leg := s.fleet.Stats().Total
+	s.dualca.Stop()
+	s.g.Expect(s.clientsOn(r2)).To(BeNumerically(">", 0), "the flip came while clients were still on R2")
 	s.startDualca(s.options(false))
-	s.g.Expect(s.clientsOn(r3)).To(BeNumerically("<", clients), "the flip came while clients were still on R2")
 	s.g.Eventually(s.annotations).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
 	s.g.Expect(s.annotations()[bundle.AnnotationBundleRoots]).To(ContainSubstring(bundle.Fingerprint(r2)),
 		"the adopted bundle keeps the root of the clients not yet re-issued")
@@ -146,26 +137,6 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
 }
 
-// clientsOn counts the clients whose Secret holds a leaf from root.
-func (s *scenario) clientsOn(root *x509.Certificate) int {
-	n := 0
-	for _, name := range s.clients {
-		sec := &corev1.Secret{}
-		if cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: name}, sec) != nil {
-			continue
-		}
-		if leaf, err := bundle.ParseCertificates("tls.crt", sec.Data["tls.crt"]); err == nil && bundle.ChainsTo(leaf[0], root) {
-			n++
-		}
-	}
-	return n
-}
-
-func (s *scenario) logPhases(what string, root *x509.Certificate) {
-	b, r, c, sw, st := s.watch.phases(root)
-	s.t.Logf("%s: root changed -> gateway trusts it %v, renewing %v, every client on it %v, server switched %v, steady %v", what, b, r, c, sw, st)
-}
-
 // TestABrokenClientDelaysTheSwitchUntilTheGracePeriod: one client's issuer
 // cannot sign any more (its CA Secret's key no longer matches), so its
 // re-issuance fails. It shows as failed; the server switch waits for the
@@ -177,19 +148,21 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	const doomed = "doomed"
 	// Its issuer signs with a copy of the root Secret, good at first.
 	root := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
-	s.g.Expect(cl.Client.Create(s.ctx, &corev1.Secret{
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "doomed-ca"},
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{corev1.TLSCertKey: root.Data[corev1.TLSCertKey], corev1.TLSPrivateKeyKey: root.Data[corev1.TLSPrivateKeyKey]},
 	})).To(Succeed())
-	s.g.Expect(cl.CreateCAIssuer(s.ctx, s.ns, "doomed-ca", "doomed-ca")).To(Succeed())
-	s.g.Expect(cl.Client.Create(s.ctx, cl.ClientCertificate(s.ns, "doomed-ca", doomed, map[string]string{clientLabel: "agent"}))).To(Succeed())
-	s.g.Expect(cl.WaitReady(s.ctx, s.ns, doomed)).To(Succeed())
+	s.g.Expect(s.c.CreateCAIssuer(s.ctx, s.ns, "doomed-ca", "doomed-ca")).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, s.c.ClientCertificate(s.ns, "doomed-ca", doomed, map[string]string{clientLabel: "agent"}))).To(Succeed())
+	s.g.Expect(s.c.WaitReady(s.ctx, s.ns, doomed)).To(Succeed())
 	s.clients = append(s.clients, doomed)
 
 	o := s.options(false)
-	o.ServerSwitchGrace = 15 * time.Second
+	// Long enough for cert-manager, slow on a busy machine, to fail the
+	// broken client's issuance well before the grace period ends.
+	o.ServerSwitchGrace = 30 * time.Second
 	s.startDualca(o)
 	s.startTraffic()
 
@@ -199,9 +172,9 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	der, err := x509.MarshalECPrivateKey(key)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	broken := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "doomed-ca"}, broken)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "doomed-ca"}, broken)).To(Succeed())
 	broken.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	s.g.Expect(cl.Client.Update(s.ctx, broken)).To(Succeed())
+	s.g.Expect(s.c.Client.Update(s.ctx, broken)).To(Succeed())
 
 	r2 := s.rotate()
 	gateway := s.annotations
@@ -219,18 +192,18 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	}).WithTimeout(10 * time.Second).ShouldNot(BeNil())
 	s.g.Expect(waiting).NotTo(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r2)), "the server waits")
 
-	s.g.Eventually(gateway).WithTimeout(30 * time.Second).Should(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r2)))
+	s.g.Eventually(gateway).WithTimeout(60 * time.Second).Should(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r2)))
 	a := gateway()
 	added, _ := time.Parse(time.RFC3339, a[bundle.AnnotationRootAddedAt])
 	switched, _ := time.Parse(time.RFC3339, a[bundle.AnnotationServerSwitchedAt])
 	s.g.Expect(switched.Sub(added)).To(BeNumerically(">=", o.ServerSwitchGrace), "the switch came only when the grace period ended")
-	s.g.Eventually(func() ([]string, error) { return eventReasons(s) }).WithTimeout(10 * time.Second).
+	s.g.Eventually(func() ([]string, error) { return s.dualcaEvents() }).WithTimeout(10 * time.Second).
 		Should(ContainElement("Warning " + bundle.ReasonServerSwitchForced))
 
 	// The broken client's leaf still chains to R1, so R1 stays trusted.
 	roots := func() []string {
 		gw := &corev1.Secret{}
-		_ = cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
+		_ = s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: gatewayName}, gw)
 		cs, _ := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
 		return fingerprints(cs)
 	}
@@ -250,19 +223,6 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty())
 	t.Logf("gateway versions checked: %d (races %d); the broken client failed %d handshakes after the forced switch", versions, races, stats.Clients[doomed].Failures)
-}
-
-// eventReasons lists "Type Reason" of the events in the scenario's namespace.
-func eventReasons(s *scenario) ([]string, error) {
-	var list eventsv1.EventList
-	if err := cl.Client.List(s.ctx, &list, client.InNamespace(s.ns)); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range list.Items {
-		out = append(out, e.Type+" "+e.Reason)
-	}
-	return out, nil
 }
 
 // expectCacheHoldsOnlyWhatItNeeds: a cache holds what it listed and
@@ -301,9 +261,9 @@ func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
 	s.g.Expect(cached).To(HaveKey("watch certificates"))
 	// What the API server answers that list: the clients, not the root's Certificate.
 	var crts cmapi.CertificateList
-	s.g.Expect(cl.Client.List(s.ctx, &crts, client.InNamespace(s.ns), client.MatchingLabels{clientLabel: "agent"})).To(Succeed())
+	s.g.Expect(s.c.Client.List(s.ctx, &crts, client.InNamespace(s.ns), client.MatchingLabels{clientLabel: "agent"})).To(Succeed())
 	s.g.Expect(crts.Items).To(HaveLen(len(s.clients)), "only the selected Certificates are cached")
 	var all cmapi.CertificateList
-	s.g.Expect(cl.Client.List(s.ctx, &all, client.InNamespace(s.ns))).To(Succeed())
+	s.g.Expect(s.c.Client.List(s.ctx, &all, client.InNamespace(s.ns))).To(Succeed())
 	s.g.Expect(len(all.Items)).To(BeNumerically(">", len(crts.Items)), "a Certificate beside them is left out")
 }

@@ -33,7 +33,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	var report *syncer.Report
 	s.g.Eventually(func(g Gomega) {
 		var err error
-		report, err = syncer.Status(s.ctx, cl.Client, opts, time.Now())
+		report, err = syncer.Status(s.ctx, s.c.Client, opts, time.Now())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(report.Clients.Renewed).To(BeNumerically(">", 0), "some clients renewed")
 		g.Expect(report.Clients.Pending).To(BeNumerically(">", 0), "some still pending")
@@ -66,11 +66,11 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	// key: cert-manager would mend its own root Secret at once.)
 	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "broken-root"}, Type: corev1.SecretTypeTLS}
 	root := &corev1.Secret{}
-	s.g.Expect(cl.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
 	broken.Data = map[string][]byte{"tls.crt": root.Data["tls.crt"], "tls.key": []byte("not a key")}
-	s.g.Expect(cl.Client.Create(s.ctx, broken)).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, broken)).To(Succeed())
 	opts.RootSecret.Name = broken.Name
-	report, err := syncer.Status(s.ctx, cl.Client, opts, time.Now())
+	report, err := syncer.Status(s.ctx, s.c.Client, opts, time.Now())
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(report.Root.Valid).To(BeFalse())
 	s.g.Expect(report.Attention).To(ContainElement(ContainSubstring("invalid root: tls.key")))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
@@ -79,9 +77,7 @@ func (s *setup) options() flags.Options {
 // dualca is a running manager; stop ends it and waits until it returned.
 type dualca struct {
 	*dualcarun.Dualca
-	// writes counts the requests other than GET that it sent for Secrets.
-	writes func() int64
-	root   types.NamespacedName
+	root types.NamespacedName
 }
 
 // polls counts the times dualca read the root Secret from the API server,
@@ -96,26 +92,23 @@ func (d *dualca) polls() int {
 	return n
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// writes counts the requests that write Secrets (create, update, patch,
+// delete), counted at the transport: a write that changes nothing leaves
+// no trace on the API server's side.
+func (d *dualca) writes() int {
+	n := 0
+	for _, r := range d.Requests() {
+		if r.Resource == "secrets" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+			n++
+		}
+	}
+	return n
+}
 
 func (s *setup) start(o syncer.Options) *dualca {
 	s.t.Helper()
-	// Count dualca's writes to Secrets at the transport: a write that
-	// changes nothing leaves no trace on the API server's side.
-	writes := &atomic.Int64{}
-	rc := rest.CopyConfig(restConfig)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/secrets") {
-				writes.Add(1)
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	d := dualcarun.Start(context.Background(), s.t, rc, o)
-	return &dualca{Dualca: d, writes: writes.Load, root: o.RootSecret}
+	d := dualcarun.Start(context.Background(), s.t, restConfig, o)
+	return &dualca{Dualca: d, root: o.RootSecret}
 }
 
 // startOnFirstRoot writes root-1, starts dualca and waits until the gateway

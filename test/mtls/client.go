@@ -24,7 +24,10 @@ type ClientOptions struct {
 	// a fleet that size wants 200ms or more under -race.
 	Interval time.Duration
 	// Timeout bounds one attempt: dial, handshake and the gateway's byte;
-	// 2s when zero.
+	// 10s when zero. A handshake takes milliseconds; the bound is for a
+	// gateway that hangs, not for a slow one: on two cores shared with a
+	// compiler and a control plane a process can wait seconds for CPU, and
+	// an attempt timed out only for that would count as a failed handshake.
 	Timeout time.Duration
 }
 
@@ -33,7 +36,7 @@ func (o ClientOptions) withDefaults() ClientOptions {
 		o.Interval = 20 * time.Millisecond
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 2 * time.Second
+		o.Timeout = 10 * time.Second
 	}
 	return o
 }

@@ -17,11 +17,13 @@ import (
 )
 
 // handshakeTimeout bounds one connection on the gateway, so that a client
-// that stops talking cannot hold a goroutine.
-const handshakeTimeout = 5 * time.Second
+// that stops talking cannot hold a goroutine. Longer than a Client's
+// default Timeout, so that a slow attempt is ended by the client's bound
+// and counted there, not cut off by the gateway.
+const handshakeTimeout = 15 * time.Second
 
-// errNotLoaded is the handshake error of a gateway that has not loaded a
-// credential yet.
+// errNotLoaded is the handshake error of a gateway that has no credential:
+// Start returns only once one is loaded, so a gateway never answers with it.
 var errNotLoaded = errors.New("gateway has no credential loaded yet")
 
 // Gateway is a TLS server on 127.0.0.1 that requires client certificates,
@@ -35,7 +37,10 @@ type Gateway struct {
 
 	ln      net.Listener
 	current atomic.Pointer[gatewayConfig]
-	wg      sync.WaitGroup
+	// loaded is closed once current holds a first credential.
+	loaded     chan struct{}
+	loadedOnce sync.Once
+	wg         sync.WaitGroup
 
 	mu    sync.Mutex
 	stats GatewayStats
@@ -69,23 +74,34 @@ func NewGateway(secrets Secrets, name string) *Gateway {
 		secrets: secrets,
 		name:    name,
 		stats:   GatewayStats{Errors: map[string]int{}, Peers: map[string]int{}},
+		loaded:  make(chan struct{}),
 	}
 }
 
+// StartTimeout bounds how long Start waits for the gateway Secret to give
+// a usable credential.
+const StartTimeout = 30 * time.Second
+
 // Start listens on 127.0.0.1 on a free port, starts watching the Secret and
-// serves until ctx is done; Wait then waits for all of it to stop. Until the
-// first version of the Secret is loaded every handshake is rejected.
+// returns once the gateway serves: a version of the Secret is loaded and
+// the listener accepts, so that a client dialling Addr right after is
+// answered with the credential, never refused for lack of one. It fails
+// when no usable version came within StartTimeout or ctx ended first, with
+// everything it started stopped again. The gateway then serves until ctx
+// is done; Wait waits for all of it to stop.
 func (g *Gateway) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("gateway %s: listening: %w", g.name, err)
 	}
 	g.ln = ln
+	ctx, cancel := context.WithCancel(ctx)
 	wait := g.secrets.Watch(ctx, g.name, g.load)
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	g.wg.Add(2)
 	go func() {
 		defer g.wg.Done()
+		defer cancel()
 		wait()
 	}()
 	go func() {
@@ -93,7 +109,28 @@ func (g *Gateway) Start(ctx context.Context) error {
 		defer stop()
 		g.serve(ctx)
 	}()
+	if err := g.waitLoaded(ctx); err != nil {
+		cancel()
+		g.Wait()
+		return err
+	}
 	return nil
+}
+
+// waitLoaded waits until load has taken a first credential into use.
+func (g *Gateway) waitLoaded(ctx context.Context) error {
+	timeout := time.NewTimer(StartTimeout)
+	defer timeout.Stop()
+	select {
+	case <-g.loaded:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway %s: stopped before a credential was loaded: %w", g.name, ctx.Err())
+	case <-timeout.C:
+		s := g.Stats()
+		return fmt.Errorf("gateway %s: no usable credential within %v: %d unusable versions (last: %q), %d deletions",
+			g.name, StartTimeout, s.LoadErrors, s.LastLoadError, s.Deletions)
+	}
 }
 
 // Wait blocks until the gateway started by Start has stopped: listener,
@@ -145,6 +182,9 @@ func (g *Gateway) load(s *corev1.Secret) {
 			SessionTicketsDisabled: true,
 		}}
 	}, &g.stats.Loads)
+	if g.current.Load() != nil {
+		g.loadedOnce.Do(func() { close(g.loaded) })
+	}
 }
 
 func (g *Gateway) serve(ctx context.Context) {

@@ -105,6 +105,54 @@ func TestTrustedClientsAreAccepted(t *testing.T) {
 	w.g.Expect(gs.Peers).To(HaveKeyWithValue("agent-3", BeNumerically(">=", 3)))
 }
 
+// A gateway is started when it serves: Start waits for the first usable
+// version of its Secret, however late it comes, so a client that dials
+// the moment Start returns is never refused for want of a credential.
+func TestGatewayStartReturnsOnceItServes(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r1 := certs.MustCA(t, "R1", time.Hour)
+	ctx, cancel := context.WithCancel(w.ctx)
+	gw := mtls.NewGateway(w.secrets, "gateway")
+	started := make(chan error, 1)
+	go func() { started <- gw.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		gw.Wait()
+	})
+	w.g.Consistently(started).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "no Secret yet: not started")
+	w.put("gateway", []byte("not a certificate"), []byte("not a key"), certs.Bundle(r1))
+	w.g.Eventually(gw.Stats).Should(HaveField("LoadErrors", 1))
+	w.g.Consistently(started).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "an unusable Secret: not started")
+	server := issue(t, r1, "gateway.mtls.svc")
+	w.putPair("gateway", server, r1)
+	w.g.Eventually(started).Should(Receive(BeNil()))
+	w.g.Expect(gw.ServerChain()).To(HaveExactElements(equalCert(server.Cert)), "it serves the Secret once started")
+
+	w.gw = gw
+	c := w.client(w.putPair("agent", issue(t, r1, "agent"), r1))
+	w.g.Eventually(c.Stats).Should(HaveField("Successes", BeNumerically(">=", 3)))
+	w.g.Expect(c.Stats().Failures).To(BeZero(), "%v", c.Stats().Errors)
+	w.g.Expect(gw.Stats()).To(And(HaveField("Rejected", BeZero()), HaveField("Reloads", 1)))
+}
+
+// A gateway whose Secret never comes is not started: Start fails when its
+// context ends, and what it started stops.
+func TestGatewayStartFailsWithoutASecret(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx, cancel := context.WithTimeout(w.ctx, 500*time.Millisecond)
+	defer cancel()
+	gw := mtls.NewGateway(w.secrets, "never-written")
+	w.g.Expect(gw.Start(ctx)).To(MatchError(And(ContainSubstring("never-written"), ContainSubstring("before a credential was loaded"))))
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		gw.Wait()
+	}()
+	w.g.Eventually(stopped).Should(BeClosed(), "the watch and the listener stopped")
+}
+
 func TestRefusedHandshakesAreCountedOnBothSides(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -290,8 +338,8 @@ func (w *world) serve(t *testing.T, root *certs.CA) (*certs.CA, *mtls.Gateway) {
 	return server, w.gateway("gateway")
 }
 
-// gateway starts a gateway for the Secret name and waits until it has loaded
-// it; the test's end stops it.
+// gateway starts a gateway for the Secret name, which Start returns only
+// once it has loaded; the test's end stops it.
 func (w *world) gateway(name string) *mtls.Gateway {
 	w.t.Helper()
 	ctx, cancel := context.WithCancel(w.ctx)
@@ -301,7 +349,7 @@ func (w *world) gateway(name string) *mtls.Gateway {
 		cancel()
 		gw.Wait()
 	})
-	w.g.Eventually(gw.Stats).Should(HaveField("Reloads", 1))
+	w.g.Expect(gw.Stats()).To(HaveField("Reloads", 1), "a started gateway has loaded its Secret")
 	w.gw = gw
 	return gw
 }

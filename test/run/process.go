@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,20 +39,33 @@ type Process struct {
 // releases its lease and returns well within it.
 const stopTimeout = 10 * time.Second
 
-// StartProcess builds dualca (once per test binary, see Binary) and starts
-// it with args and --kubeconfig=kubeconfig. Its standard output and error
-// are collected (Log). When the test ends it is stopped, its log is checked
-// to hold no certificate or key material and is shown if the test failed;
-// a process that exited without being asked to fails the test. On Linux it
-// is also killed when the test process dies, however that happens.
+// readyTimeout bounds how long StartProcess waits for dualca to be ready.
+const readyTimeout = time.Minute
+
+// StartProcess builds dualca (once per test binary, see Binary), starts it
+// with args and --kubeconfig=kubeconfig, and returns once it serves: its
+// readiness endpoint answers 200, which dualca does once it has brought the
+// gateway Secret in sync, or at once as a standby replica. A test that
+// acts on the process or on what it writes right after never races its
+// start-up. The endpoint is the --health-probe-bind-address of args, or a
+// free local address when args give none or "0". Its standard output and
+// error are collected (Log). When the test ends it is stopped, its log is
+// checked to hold no certificate or key material and is shown if the test
+// failed; a process that exited without being asked to fails the test. On
+// Linux it is also killed when the test process dies, however that
+// happens.
 func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatalf("building dualca: %v", err)
 	}
+	args, probes, err := withProbes(args)
+	if err != nil {
+		t.Fatalf("finding an address for dualca's health probes: %v", err)
+	}
 	p := &Process{logs: &Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append(slices.Clone(args), "--kubeconfig="+kubeconfig)...)
+	p.cmd = exec.Command(bin, append(args, "--kubeconfig="+kubeconfig)...)
 	// One writer for both: exec then copies both through one pipe, in order.
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := startChild(p.cmd); err != nil {
@@ -78,7 +92,63 @@ func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 			t.Logf("dualca log (pid %d, %s):\n%s", p.Pid, p.how(), p.Log())
 		}
 	})
+	if err := p.waitReady(probes); err != nil {
+		t.Fatalf("dualca (pid %d): %v", p.Pid, err)
+	}
 	return p
+}
+
+// probesFlag is dualca's flag for the address of its health endpoints.
+const probesFlag = "--health-probe-bind-address="
+
+// withProbes returns args with a health endpoint to wait on, and its
+// address: the last one args give, else a free local address added.
+func withProbes(args []string) ([]string, string, error) {
+	args = slices.Clone(args)
+	addr := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, probesFlag); ok {
+			addr = v
+		}
+	}
+	if addr != "" && addr != "0" {
+		return args, addr, nil
+	}
+	addr, err := controlplane.FreeAddress()
+	if err != nil {
+		return nil, "", err
+	}
+	return append(args, probesFlag+addr), addr, nil
+}
+
+// waitReady waits until GET /readyz at addr answers 200, failing at once
+// if the process exits, and after readyTimeout.
+func (p *Process) waitReady(addr string) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last := "no answer yet"
+	for {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited before it was ready: %v", p.err)
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %s at %s/readyz: %s", readyTimeout, addr, last)
+		}
+	}
 }
 
 // Kill sends SIGKILL and waits until the process is gone: no cleanup of any
