@@ -3,8 +3,8 @@ package chart
 import (
 	"os"
 	"path/filepath"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
