@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/zapr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
@@ -28,7 +29,7 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(logger)
 	build := currentBuild()
 	logger.Info("dualca version", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
-	if err := registerBuildInfo(build); err != nil {
+	if err := registerBuildInfo(metrics.Registry, build); err != nil {
 		return err
 	}
 

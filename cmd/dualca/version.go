@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // version and revision say which dualca this is. `make build` and `make
@@ -39,16 +38,16 @@ func (b buildInfo) String() string {
 }
 
 // registerBuildInfo exports dualca_build_info{version,revision,goversion} 1
-// on controller-runtime's registry, which the manager's metrics endpoint
-// serves. The values never change in a process, so a second call (tests
-// run several managers in one process) keeps the first gauge.
-func registerBuildInfo(b buildInfo) error {
+// on reg: controller-runtime's registry, which the manager's metrics
+// endpoint serves. The values never change in a process, so a second call
+// (tests run several managers in one process) keeps the first gauge.
+func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dualca_build_info",
 		Help: "Always 1; its labels say which dualca runs: version, source revision and Go version.",
 	}, []string{"version", "revision", "goversion"})
 	g.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
-	err := metrics.Registry.Register(g)
+	err := reg.Register(g)
 	if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
 		return nil
 	}
