@@ -155,8 +155,8 @@ func deployment(g *WithT, c client.Client) *appsv1.Deployment {
 func parseArgs(g *WithT, d *appsv1.Deployment) flags.Options {
 	opts, err := flags.Parse("dualca", d.Spec.Template.Spec.Containers[0].Args)
 	g.Expect(err).NotTo(HaveOccurred(), "dualca accepts the chart's arguments %q", d.Spec.Template.Spec.Containers[0].Args)
-	g.Expect(opts.RootSecret).To(Equal(rootKey.String()))
-	g.Expect(opts.GatewaySecret).To(Equal(gatewayKey.String()))
+	g.Expect(opts.RootSecret).To(Equal(rootKey))
+	g.Expect(opts.GatewaySecret).To(Equal(gatewayKey))
 	return opts
 }
 

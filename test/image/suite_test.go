@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/dualca/dualca/test/controlplane"
 )
 
@@ -43,6 +46,8 @@ func atShutdown(f func()) {
 }
 
 func TestMain(m *testing.M) {
+	// envtest logs through controller-runtime; nothing here needs it.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	shutdown.Lock()
 	for _, f := range shutdown.funcs {
