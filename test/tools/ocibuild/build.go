@@ -208,11 +208,12 @@ func binaryLayer(content []byte, created time.Time) (v1.Layer, error) {
 }
 
 // gzipLayer compresses a tar stream deterministically: stdlib gzip
-// writes no name and a zero modification time in its header.
+// writes no name and a zero modification time in its header. The default
+// level: the best one is about three times slower for under 1 % less.
 func gzipLayer(tarStream []byte) (v1.Layer, error) {
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(tarStream)), nil
-	}, tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithCompressionLevel(gzip.DefaultCompression), tarball.WithMediaType(types.OCILayer))
 }
 
 // image puts layer on an empty base with dualca's configuration.
