@@ -57,7 +57,7 @@ test: control-plane cert-manager helm promtool image-tools ## run every test: un
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls|chart|alerts|metrics)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls|chart|alerts|metrics|image)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -66,6 +66,10 @@ test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+
+.PHONY: test-image
+test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
+	$(GO) test -count=1 -timeout 10m -v ./test/image/ 2>&1 | grep -vE '^\s+(\{"level"|>)'
 
 .PHONY: test-race
 test-race: control-plane cert-manager helm promtool ## every test under the race detector (the model test shortened)
