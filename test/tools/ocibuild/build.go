@@ -174,7 +174,11 @@ func (o buildOptions) compile(ctx context.Context, plat v1.Platform, bin string)
 	}
 	cmd := exec.CommandContext(ctx, o.goBin, append(args, o.pkg)...)
 	cmd.Dir = o.dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOOS="+plat.OS, "GOARCH="+plat.Architecture, "GOFLAGS=")
+	// The baseline instruction sets: the index says amd64 and arm64/v8, so
+	// the binaries must run on every such machine, whatever the caller's
+	// GOAMD64 or GOARM64.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOOS="+plat.OS, "GOARCH="+plat.Architecture, "GOFLAGS=",
+		"GOAMD64=v1", "GOARM64=v8.0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build for %s: %w", platformName(plat), err)
