@@ -62,8 +62,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	default:
-		_, _ = fmt.Fprintf(stderr, "dualca: unknown command %q\n\n", cmd)
-		printUsage(stderr)
+		_, _ = fmt.Fprintf(stderr, "dualca: unknown command %q: want run, status, version or help (dualca --help)\n", cmd)
 		return 2
 	}
 }
