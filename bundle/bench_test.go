@@ -29,39 +29,35 @@ type benchWorld struct {
 func newBenchWorld(b *testing.B, n int) *benchWorld {
 	b.Helper()
 	ca := func(cn string, age time.Duration) *certs.CA {
-		return certs.MustNew(b, cn, rtNow.Add(-age), rtNow.Add(1000*time.Hour-age), certs.Options{IsCA: true}, nil)
+		return certs.MustNew(b, cn, testNow.Add(-age), testNow.Add(1000*time.Hour-age), certs.Options{IsCA: true}, nil)
 	}
 	w := &benchWorld{r1: ca("root-1", 3*time.Hour), r2: ca("root-2", 2*time.Hour), r3: ca("root-3", time.Hour),
 		timings: bundle.Timings{TrustPropagationDelay: time.Minute, ServerSwitchGrace: 24 * time.Hour}}
 	var err error
-	if w.root2, err = bundle.ValidateRoot(w.r2.CertPEM, w.r2.KeyPEM, w.r2.CertPEM, rtNow); err != nil {
+	if w.root2, err = bundle.ValidateRoot(w.r2.CertPEM, w.r2.KeyPEM, w.r2.CertPEM, testNow); err != nil {
 		b.Fatal(err)
 	}
-	if w.root3, err = bundle.ValidateRoot(w.r3.CertPEM, w.r3.KeyPEM, w.r3.CertPEM, rtNow); err != nil {
+	if w.root3, err = bundle.ValidateRoot(w.r3.CertPEM, w.r3.KeyPEM, w.r3.CertPEM, testNow); err != nil {
 		b.Fatal(err)
 	}
-	root1, err := bundle.ValidateRoot(w.r1.CertPEM, w.r1.KeyPEM, w.r1.CertPEM, rtNow)
+	root1, err := bundle.ValidateRoot(w.r1.CertPEM, w.r1.KeyPEM, w.r1.CertPEM, testNow)
 	if err != nil {
 		b.Fatal(err)
 	}
 	// One leaf serves every client: parsing is not what Plan costs.
-	leaf := certs.MustNew(b, "client", rtNow.Add(-time.Hour), rtNow.Add(100*time.Hour), certs.Options{}, w.r1)
-	w.clients = bundle.Clients{Tracked: true}
+	leaf := certs.MustNew(b, "client", testNow.Add(-time.Hour), testNow.Add(100*time.Hour), certs.Options{}, w.r1)
+	// The syncer keeps one Signatures for as long as it runs.
+	w.clients = bundle.Clients{Tracked: true, Signatures: bundle.NewSignatures()}
 	for i := range n {
 		w.clients.Items = append(w.clients.Items, bundle.Client{Name: fmt.Sprintf("agents/client-%d", i), Leaf: leaf.Cert, CA: []*x509.Certificate{w.r1.Cert}})
 	}
-	steady := bundle.Plan(bundle.Gateway{}, root1, w.clients, w.timings, rtNow)
-	w.gateway = apply(steady)
-	w.gateway = apply(bundle.Plan(w.gateway, w.root2, w.clients, w.timings, rtNow))
+	steady := bundle.Plan(bundle.Gateway{}, root1, w.clients, w.timings, testNow)
+	w.gateway = written(steady)
+	w.gateway = written(bundle.Plan(w.gateway, w.root2, w.clients, w.timings, testNow))
 	if w.gateway.State.Phase != bundle.PhaseBundle {
 		b.Fatalf("the world should be in the Bundle phase, is in %q", w.gateway.State.Phase)
 	}
 	return w
-}
-
-// apply is the gateway Secret a decision writes.
-func apply(d bundle.Decision) bundle.Gateway {
-	return bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: d.State}
 }
 
 func BenchmarkParseCertificates(b *testing.B) {
@@ -78,7 +74,7 @@ func BenchmarkParseCertificates(b *testing.B) {
 func BenchmarkValidateRoot(b *testing.B) {
 	w := newBenchWorld(b, 0)
 	for b.Loop() {
-		if _, err := bundle.ValidateRoot(w.r2.CertPEM, w.r2.KeyPEM, w.r2.CertPEM, rtNow); err != nil {
+		if _, err := bundle.ValidateRoot(w.r2.CertPEM, w.r2.KeyPEM, w.r2.CertPEM, testNow); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -89,17 +85,20 @@ func BenchmarkNormalize(b *testing.B) {
 	// Three roots, each twice, newest last: the worst order to merge.
 	set := []*x509.Certificate{w.r1.Cert, w.r2.Cert, w.r3.Cert, w.r1.Cert, w.r2.Cert, w.r3.Cert}
 	for b.Loop() {
-		if got := bundle.Normalize(set, rtNow); len(got) != 3 {
+		if got := bundle.Normalize(set, testNow); len(got) != 3 {
 			b.Fatalf("normalized to %d roots", len(got))
 		}
 	}
 }
 
+// BenchmarkChainsTo is a chain check as a decision makes it, remembered:
+// the same leaf and root at every reconcile.
 func BenchmarkChainsTo(b *testing.B) {
 	w := newBenchWorld(b, 0)
-	leaf := certs.MustNew(b, "client", rtNow.Add(-time.Hour), rtNow.Add(time.Hour), certs.Options{}, w.r1)
+	leaf := certs.MustNew(b, "client", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{}, w.r1)
+	sigs := bundle.NewSignatures()
 	for b.Loop() {
-		if !bundle.ChainsTo(leaf.Cert, w.r1.Cert) {
+		if !sigs.ChainsTo(leaf.Cert, w.r1.Cert) {
 			b.Fatal("leaf does not chain to its issuer")
 		}
 	}
@@ -108,7 +107,7 @@ func BenchmarkChainsTo(b *testing.B) {
 func BenchmarkVerifyServer(b *testing.B) {
 	w := newBenchWorld(b, 0)
 	for b.Loop() {
-		if err := bundle.VerifyServer(w.gateway.CertPEM, w.r2.Cert, rtNow); err != nil {
+		if err := bundle.VerifyServer(w.gateway.CertPEM, w.r2.Cert, testNow); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -123,14 +122,14 @@ func BenchmarkPlan(b *testing.B) {
 		w := newBenchWorld(b, n)
 		b.Run(fmt.Sprintf("at-rest/clients=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if d := bundle.Plan(w.gateway, w.root2, w.clients, w.timings, rtNow); len(d.Events) != 0 {
+				if d := bundle.Plan(w.gateway, w.root2, w.clients, w.timings, testNow); len(d.Events) != 0 {
 					b.Fatalf("a decision at rest has events: %v", d.Events)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("new-root/clients=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if d := bundle.Plan(w.gateway, w.root3, w.clients, w.timings, rtNow); d.State.Root != w.root3.Fingerprint {
+				if d := bundle.Plan(w.gateway, w.root3, w.clients, w.timings, testNow); d.State.Root != w.root3.Fingerprint {
 					b.Fatal("the new root is not current")
 				}
 			}

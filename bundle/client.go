@@ -3,7 +3,84 @@ package bundle
 import (
 	"crypto/x509"
 	"fmt"
+	"time"
 )
+
+// Client is one selected client Certificate as seen through its Secret.
+type Client struct {
+	// Name identifies the client in messages, as NAMESPACE/NAME.
+	Name string
+	// Leaf is the certificate in the client's tls.crt; nil when the Secret
+	// is missing or unreadable.
+	Leaf *x509.Certificate
+	// CA is the client's ca.crt: the roots it verifies the server with.
+	CA []*x509.Certificate
+	// Failed says the last renewal of this client failed.
+	Failed bool
+}
+
+// On reports whether the client has moved to root: its leaf chains to it
+// and it trusts it, so it will accept a server credential from it.
+func (c Client) On(root *x509.Certificate, now time.Time) bool {
+	return c.on(nil, root, now)
+}
+
+// Uses reports whether the client still depends on root being trusted by
+// the gateway: its unexpired leaf chains to it.
+func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
+	return c.uses(nil, root, now)
+}
+
+func (c Client) on(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
+	return c.uses(sigs, root, now) && Contains(c.CA, root)
+}
+
+func (c Client) uses(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
+	return c.Leaf != nil && !now.After(c.Leaf.NotAfter) && sigs.ChainsTo(c.Leaf, root)
+}
+
+// Clients is what dualca knows of the selected client Certificates.
+type Clients struct {
+	// Tracked is false when no client selector is configured: then nothing
+	// is known of the clients, roots are kept until they expire and the
+	// server switches only when the grace period ends.
+	Tracked bool
+	Items   []Client
+	// Signatures remembers the signature checks of the decisions made over
+	// these clients. The syncer keeps one for as long as it runs, so that a
+	// reconcile at rest checks no signature again; nil, a decision checks
+	// afresh, remembering only within itself.
+	Signatures *Signatures
+}
+
+// Using counts the selected clients whose unexpired leaf chains to root:
+// those that still need the gateway to trust it.
+func (c Clients) Using(root *x509.Certificate, now time.Time) int {
+	n := 0
+	for _, cl := range c.Items {
+		if cl.uses(c.Signatures, root, now) {
+			n++
+		}
+	}
+	return n
+}
+
+// CountProgress counts the clients on root (renewed), those whose last
+// renewal failed, and the others (pending). A nil root counts none renewed.
+func CountProgress(clients Clients, root *x509.Certificate, now time.Time) Progress {
+	var p Progress
+	for _, c := range clients.Items {
+		switch {
+		case c.on(clients.Signatures, root, now):
+			p.Renewed++
+		case c.Failed:
+			p.Failed++
+		default:
+			p.Pending++
+		}
+	}
+	return p
+}
 
 // ReasonClientInvalid is the event reason for a selected client whose
 // Secret dualca cannot read: it counts as on no root until cert-manager

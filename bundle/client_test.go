@@ -2,6 +2,7 @@ package bundle_test
 
 import (
 	"bytes"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -55,6 +56,47 @@ func TestParseClient(t *testing.T) {
 				g.Expect(problem).To(HavePrefix(tt.wantProblem))
 			}
 			g.Expect(problem).NotTo(ContainSubstring("BEGIN"))
+		})
+	}
+}
+
+func TestClientsUsing(t *testing.T) {
+	t.Parallel()
+	r1 := newRoot(t, "root")
+	r2 := newRoot(t, "root") // same name, another key
+	leaf := func(issuer *certs.CA, notAfter time.Duration) *x509.Certificate {
+		return certs.MustNew(t, "agent", testNow.Add(-time.Hour), testNow.Add(notAfter), certs.Options{}, issuer).Cert
+	}
+	onR1 := bundle.Client{Name: "ns/a", Leaf: leaf(r1, time.Hour), CA: []*x509.Certificate{r1.Cert}}
+	onR2 := bundle.Client{Name: "ns/b", Leaf: leaf(r2, time.Hour), CA: []*x509.Certificate{r2.Cert}}
+	// A leaf of r1 whose ca.crt already holds r2 still uses r1.
+	movingToR2 := bundle.Client{Name: "ns/c", Leaf: leaf(r1, time.Hour), CA: []*x509.Certificate{r2.Cert}}
+	expired := bundle.Client{Name: "ns/d", Leaf: leaf(r1, -time.Second), CA: []*x509.Certificate{r1.Cert}}
+	missing := bundle.Client{Name: "ns/e"}
+
+	tests := map[string]struct {
+		clients bundle.Clients
+		root    *x509.Certificate
+		want    int
+	}{
+		"no client uses a root": {
+			clients: bundle.Clients{Tracked: true}, root: r1.Cert, want: 0},
+		"clients whose leaf the root signed use it, whatever their ca.crt holds": {
+			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{onR1, onR2, movingToR2}}, root: r1.Cert, want: 2},
+		"a root of the same name with another key is used only by its own leaves": {
+			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{onR1, onR2, movingToR2}}, root: r2.Cert, want: 1},
+		"an expired leaf and a missing Secret use no root": {
+			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{expired, missing}}, root: r1.Cert, want: 0},
+		"the count is the same with the checks remembered": {
+			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{onR1, onR2, movingToR2, expired}, Signatures: bundle.NewSignatures()},
+			root:    r1.Cert, want: 2},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			g.Expect(tc.clients.Using(tc.root, testNow)).To(Equal(tc.want))
+			g.Expect(tc.clients.Using(tc.root, testNow)).To(Equal(tc.want), "asked again")
 		})
 	}
 }

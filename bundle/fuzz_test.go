@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,19 +13,17 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/onsi/gomega"
-
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 )
 
 // fuzzSeeds generates the certificates of the seed corpus at run time (no
-// key material is checked in), with lifetimes around fxNow so that the
+// key material is checked in), with lifetimes around testNow so that the
 // validity checks pass for the valid seeds.
 func fuzzSeeds(f *testing.F) (ec, rsa, ed, leaf *certs.CA) {
 	f.Helper()
 	mk := func(cn string, opts certs.Options, parent *certs.CA) *certs.CA {
-		c, err := certs.New(cn, fxNow.Add(-time.Hour), fxNow.Add(time.Hour), opts, parent)
+		c, err := certs.New(cn, testNow.Add(-time.Hour), testNow.Add(time.Hour), opts, parent)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -84,7 +81,7 @@ func FuzzParseCertificates(f *testing.F) {
 			t.Fatal("ParseCertificates modified its input")
 		}
 		// ParseBundle is ParseCertificates plus CheckCA of every block.
-		inBundle, bundleErr := bundle.ParseBundle("ca.crt", data, fxNow)
+		inBundle, bundleErr := bundle.ParseBundle("ca.crt", data, testNow)
 		if err != nil {
 			checkFuzzError(t, err, "ca.crt")
 			checkNoEcho(t, err, data)
@@ -103,14 +100,14 @@ func FuzzParseCertificates(f *testing.F) {
 		// of the certificates returned, so no private key or other block can
 		// ride along into what is republished.
 		checkOnlyCertificates(t, data, len(got))
-		allCAs := !slices.ContainsFunc(got, func(c *x509.Certificate) bool { return bundle.CheckCA("ca.crt", c, fxNow) != nil })
+		allCAs := !slices.ContainsFunc(got, func(c *x509.Certificate) bool { return bundle.CheckCA("ca.crt", c, testNow) != nil })
 		if allCAs != (bundleErr == nil) {
 			t.Fatalf("ParseBundle error %v, but every certificate a valid CA: %v", bundleErr, allCAs)
 		}
 		if bundleErr != nil {
 			checkFuzzError(t, bundleErr, "ca.crt")
 			checkNoEcho(t, bundleErr, data)
-		} else if !slices.Equal(fxFingerprints(inBundle), fxFingerprints(got)) {
+		} else if !slices.Equal(fingerprints(inBundle), fingerprints(got)) {
 			t.Fatal("ParseBundle returned other certificates than ParseCertificates")
 		}
 		// What we accept we can publish, and what we publish reads back as
@@ -119,7 +116,7 @@ func FuzzParseCertificates(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the encoding of accepted certificates does not parse: %v", err)
 		}
-		if !slices.Equal(fxFingerprints(got), fxFingerprints(again)) {
+		if !slices.Equal(fingerprints(got), fingerprints(again)) {
 			t.Fatal("round trip changed the certificates")
 		}
 		if !bytes.Equal(bundle.Encode(again), bundle.Encode(got)) {
@@ -127,7 +124,7 @@ func FuzzParseCertificates(f *testing.F) {
 		}
 		// Normalize must not panic on anything we parsed and must keep a
 		// subset of it.
-		for _, c := range bundle.Normalize(got, fxNow) {
+		for _, c := range bundle.Normalize(got, testNow) {
 			if !bundle.Contains(got, c) {
 				t.Fatal("Normalize invented a certificate")
 			}
@@ -167,7 +164,7 @@ func FuzzValidateRoot(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, certPEM, keyPEM, caPEM []byte) {
 		inputs := [][]byte{bytes.Clone(certPEM), bytes.Clone(keyPEM), bytes.Clone(caPEM)}
-		root, err := bundle.ValidateRoot(certPEM, keyPEM, caPEM, fxNow)
+		root, err := bundle.ValidateRoot(certPEM, keyPEM, caPEM, testNow)
 		if !slices.EqualFunc(inputs, [][]byte{certPEM, keyPEM, caPEM}, bytes.Equal) {
 			t.Fatal("ValidateRoot modified its input")
 		}
@@ -201,9 +198,9 @@ func FuzzValidateRoot(f *testing.F) {
 		// shares its code with ValidateRoot.
 		c := root.Cert
 		if !c.BasicConstraintsValid || !c.IsCA || c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageCertSign == 0 ||
-			fxNow.After(c.NotAfter) || fxNow.Before(c.NotBefore.Add(-bundle.ClockSkew)) {
+			testNow.After(c.NotAfter) || testNow.Before(c.NotBefore.Add(-bundle.ClockSkew)) {
 			t.Fatalf("accepted a root that is not a usable CA at %s: CA %v/%v, key usage %b, valid %s to %s",
-				fxNow, c.BasicConstraintsValid, c.IsCA, c.KeyUsage, c.NotBefore, c.NotAfter)
+				testNow, c.BasicConstraintsValid, c.IsCA, c.KeyUsage, c.NotBefore, c.NotAfter)
 		}
 		// The key matches by crypto/tls, which does not share our parser.
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -299,7 +296,7 @@ func checkFuzzError(t *testing.T, err error, fields ...string) {
 // truncated or mixed with junk (read by the lenient certsIn and readServer),
 // and annotations with any value (read by ParseState), with clients and a
 // time drawn from world and minutes. Whatever it finds, the decision must be
-// consistent (rtExpectConsistent: the bundle holds the server root and the
+// consistent (expectConsistent: the bundle holds the server root and the
 // current root, the pair matches, both populations verify the server), must
 // be a fixed point (deciding again on what it wrote changes nothing), and an
 // edited ca.crt must not gain a CA dualca did not record.
@@ -320,16 +317,15 @@ func FuzzPlan(f *testing.F) {
 		if !ok {
 			return // the syncer decides only with a root valid now
 		}
-		d := bundle.Plan(gw, root, clients, rtTimings, now)
+		d := bundle.Plan(gw, root, clients, testTimings, now)
 
-		g := NewWithT(t)
-		rtExpectConsistent(g, d, root, now)
+		expectConsistent(t, d, root, now)
 		for _, e := range d.Events {
 			if base64Run.MatchString(e.Message) {
 				t.Fatalf("event message %q holds a run of base64", e.Message)
 			}
 		}
-		again := bundle.Plan(gw, root, clients, rtTimings, now)
+		again := bundle.Plan(gw, root, clients, testTimings, now)
 		if !sameDecision(d, again) {
 			t.Fatalf("the decision is not deterministic: %v then %v", d.State.Annotations(), again.State.Annotations())
 		}
@@ -346,7 +342,7 @@ func FuzzPlan(f *testing.F) {
 
 		// What was written is a fixed point: deciding again on it at the
 		// same moment writes nothing and says nothing.
-		next := bundle.Plan(rtApply(d), root, clients, rtTimings, now)
+		next := bundle.Plan(written(d), root, clients, testTimings, now)
 		if !bytes.Equal(next.CertPEM, d.CertPEM) || !bytes.Equal(next.KeyPEM, d.KeyPEM) || !bytes.Equal(next.CAPEM, d.CAPEM) {
 			t.Fatalf("deciding again on what was written changes the data: tls.crt %v then %v, ca.crt %v then %v",
 				credentialShape(d.CertPEM), credentialShape(next.CertPEM), w.names(d.CAPEM), w.names(next.CAPEM))
@@ -394,7 +390,7 @@ const (
 	planRootIsR1 = 1 << 6 // root-1 is the current root, not root-2
 )
 
-// planFuzzMinutes maps FuzzPlan's minutes argument to the minutes from rtNow
+// planFuzzMinutes maps FuzzPlan's minutes argument to the minutes from testNow
 // it stands for: itself from -60 to 1200, root-2's lifetime, and the rest
 // folded into that range, so that most inputs are moments the syncer would
 // decide at.
@@ -403,13 +399,13 @@ func planFuzzMinutes(m int16) int { return ((int(m)+60)%1261+1261)%1261 - 60 }
 func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 	f.Helper()
 	ca := func(cn string, notBefore, notAfter time.Duration) *certs.CA {
-		return certs.MustNew(f, cn, rtNow.Add(notBefore), rtNow.Add(notAfter), certs.Options{IsCA: true}, nil)
+		return certs.MustNew(f, cn, testNow.Add(notBefore), testNow.Add(notAfter), certs.Options{IsCA: true}, nil)
 	}
 	w := &planFuzzWorld{r1: ca("root-1", -2*time.Hour, 10*time.Hour), r2: ca("root-2", -time.Hour, 20*time.Hour)}
 	foreign := ca("foreign", -3*time.Hour, 30*time.Hour)
-	w.roots = map[bool]*bundle.Root{true: rtRoot(f, w.r1, rtNow), false: rtRoot(f, w.r2, rtNow)}
+	w.roots = map[bool]*bundle.Root{true: validRoot(f, w.r1, testNow), false: validRoot(f, w.r2, testNow)}
 	leaf := func(issuer *certs.CA) *x509.Certificate {
-		return certs.MustNew(f, "ns/client", rtNow.Add(-time.Hour), rtNow.Add(2*time.Hour), certs.Options{}, issuer).Cert
+		return certs.MustNew(f, "ns/client", testNow.Add(-time.Hour), testNow.Add(2*time.Hour), certs.Options{}, issuer).Cert
 	}
 	w.onR1, w.onR2 = leaf(w.r1), leaf(w.r2)
 
@@ -421,7 +417,7 @@ func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 	)
 	steps := []struct {
 		world   uint8
-		minutes int16 // from rtNow
+		minutes int16 // from testNow
 	}{
 		{allOnR1 | planRootIsR1, -55}, // adopts the legacy copy of root-1
 		{allOnR1, -50},                // root-2 arrives: Bundle
@@ -430,11 +426,11 @@ func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 		{allOnR2, -42},                // the server switches: Retiring
 		{allOnR2, -40},                // root-1 retired: Steady
 	}
-	gw := rtLegacyCopy(f, w.r1)
+	gw := legacyCopy(f, w.r1)
 	history := []bundle.Gateway{gw}
 	for _, s := range steps {
 		_, root, clients, now, _ := w.expand(nil, nil, nil, "", s.world, s.minutes)
-		gw = rtApply(bundle.Plan(gw, root, clients, rtTimings, now))
+		gw = written(bundle.Plan(gw, root, clients, testTimings, now))
 		history = append(history, gw)
 	}
 
@@ -456,7 +452,7 @@ func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 		add(c.name+".key", c.ca.KeyPEM, nil)
 	}
 	for _, h := range history {
-		for i, c := range certsOf(f, h.CertPEM) {
+		for i, c := range parsed(f, h.CertPEM) {
 			if !c.IsCA {
 				add(fmt.Sprintf("leaf%d", len(w.tokens)), pemOf(c), c)
 				add(fmt.Sprintf("leaf%d.key", len(w.tokens)-1), h.KeyPEM, nil)
@@ -590,7 +586,7 @@ func (w *planFuzzWorld) expand(certPEM, keyPEM, caPEM []byte, annotations string
 		client("ns/b", world>>4&3, bundle.Client{})
 	}
 	root = w.roots[world&planRootIsR1 != 0]
-	now = rtNow.Add(time.Duration(planFuzzMinutes(minutes)) * time.Minute)
+	now = testNow.Add(time.Duration(planFuzzMinutes(minutes)) * time.Minute)
 	ok = !now.Before(root.Cert.NotBefore) && !now.After(root.Cert.NotAfter)
 	return gw, root, clients, now, ok
 }
@@ -610,28 +606,4 @@ func (w *planFuzzWorld) names(data []byte) []string {
 		out = append(out, w.name(bundle.Fingerprint(c)))
 	}
 	return out
-}
-
-func certsOf(tb testing.TB, data []byte) []*x509.Certificate {
-	tb.Helper()
-	cs, err := bundle.ParseCertificates("pem", data)
-	if err != nil {
-		tb.Fatalf("parsing what Plan wrote: %v", err)
-	}
-	return cs
-}
-
-// certsOfPEM is lenient, for messages.
-func certsOfPEM(data []byte) []*x509.Certificate {
-	var out []*x509.Certificate
-	for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
-		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func pemOf(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }

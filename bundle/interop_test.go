@@ -29,7 +29,7 @@ func TestServerChainVerifiesWithOpenSSL(t *testing.T) {
 	}
 	g := NewWithT(t)
 	dir := t.TempDir()
-	now := rtNow
+	now := testNow
 	root := func(age, life time.Duration) *certs.CA {
 		return certs.MustNew(t, "agents-root-ca", now.Add(-age), now.Add(life-age), certs.Options{IsCA: true}, nil)
 	}
@@ -42,7 +42,7 @@ func TestServerChainVerifiesWithOpenSSL(t *testing.T) {
 	}
 	// verify runs openssl verify as a client trusting only trust would.
 	verify := func(d bundle.Decision, trust *certs.CA) error {
-		chain := rtParse(g, d.CertPEM)
+		chain := parsed(t, d.CertPEM)
 		args := []string{"verify", "-purpose", "sslserver", "-attime", itoa(now.Add(time.Second).Unix()), "-CAfile", write("trust.pem", trust.CertPEM)}
 		if len(chain) > 1 {
 			args = append(args, "-untrusted", write("untrusted.pem", bundle.Encode(chain[1:])))
@@ -54,13 +54,13 @@ func TestServerChainVerifiesWithOpenSSL(t *testing.T) {
 		return nil
 	}
 
-	d := bundle.Plan(bundle.Gateway{}, rtRoot(t, r1, now), bundle.Clients{}, rtTimings, now)
+	d := bundle.Plan(bundle.Gateway{}, validRoot(t, r1, now), bundle.Clients{}, testTimings, now)
 	g.Expect(verify(d, r1)).To(Succeed(), "the server alone")
-	d = bundle.Plan(rtApply(d), rtRoot(t, r2, now), bundle.Clients{}, rtTimings, now)
+	d = bundle.Plan(written(d), validRoot(t, r2, now), bundle.Clients{}, testTimings, now)
 	for _, r := range []*certs.CA{r1, r2} {
 		g.Expect(verify(d, r)).To(Succeed(), "one rotation: a client trusting only root %s", bundle.Short(bundle.Fingerprint(r.Cert)))
 	}
-	d = bundle.Plan(rtApply(d), rtRoot(t, r3, now), bundle.Clients{}, rtTimings, now)
+	d = bundle.Plan(written(d), validRoot(t, r3, now), bundle.Clients{}, testTimings, now)
 	for i, r := range []*certs.CA{r1, r2, r3} {
 		g.Expect(verify(d, r)).To(Succeed(), "overlapping rotations: a client trusting only R%d", i+1)
 	}
@@ -68,9 +68,9 @@ func TestServerChainVerifiesWithOpenSSL(t *testing.T) {
 	// R2 expires: the path R1 <- R2 <- R3 breaks and starts again from the
 	// direct R1 <- R3, then R4 extends it.
 	now = now.Add(20 * time.Minute)
-	d = bundle.Plan(rtApply(d), rtRoot(t, r3, now), bundle.Clients{}, rtTimings, now)
-	g.Expect(bundle.Contains(rtParse(g, d.CAPEM), r2.Cert)).To(BeFalse(), "R2 expired and was retired")
-	d = bundle.Plan(rtApply(d), rtRoot(t, r4, now), bundle.Clients{}, rtTimings, now)
+	d = bundle.Plan(written(d), validRoot(t, r3, now), bundle.Clients{}, testTimings, now)
+	g.Expect(bundle.Contains(parsed(t, d.CAPEM), r2.Cert)).To(BeFalse(), "R2 expired and was retired")
+	d = bundle.Plan(written(d), validRoot(t, r4, now), bundle.Clients{}, testTimings, now)
 	for i, r := range []*certs.CA{r1, r3, r4} {
 		g.Expect(verify(d, r)).To(Succeed(), "after R2 expired: a client trusting only R%d", []int{1, 3, 4}[i])
 	}

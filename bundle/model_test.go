@@ -20,8 +20,8 @@ import (
 // rotations (overlapping ones too), client renewals that succeed, fail or
 // lag, restarts, invalid roots, strategy flips and clock jumps. The gateway
 // Secret only ever holds what a decision wrote, its annotations going through
-// the same text form as on the API server, and every invariant of the
-// product contract is checked after every step.
+// the same text form as on the API server, and every invariant of
+// docs/design.md is checked after every step.
 
 type modelClient struct {
 	name      string
@@ -52,6 +52,8 @@ type model struct {
 	// current numbers the roots in the order they were first current at a
 	// decision.
 	current map[string]int
+	// signatures is what the syncer keeps for as long as it runs.
+	signatures *bundle.Signatures
 	// counters, to show the histories reached what they should
 	switches, forced, retired, renewals int
 }
@@ -64,6 +66,8 @@ func newModel(t *testing.T, seed uint64) *model {
 		tracked: seed%5 != 0,
 		timings: bundle.Timings{TrustPropagationDelay: 30 * time.Second, ServerSwitchGrace: 10 * time.Minute},
 		current: map[string]int{},
+
+		signatures: bundle.NewSignatures(),
 	}
 	m.rotate()
 	for i := range 1 + m.rng.IntN(5) {
@@ -103,7 +107,7 @@ func (m *model) issue(c *modelClient) {
 }
 
 func (m *model) clientView() bundle.Clients {
-	cs := bundle.Clients{Tracked: m.tracked}
+	cs := bundle.Clients{Tracked: m.tracked, Signatures: m.signatures}
 	if !m.tracked {
 		return cs
 	}
@@ -176,7 +180,7 @@ func (m *model) apply(d bundle.Decision) {
 }
 
 func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
-	roots := mustParse(m.t, m.gw.CAPEM)
+	roots := parsed(m.t, m.gw.CAPEM)
 	server := bundle.Find(roots, m.gw.State.Server)
 
 	// 1. ca.crt holds the root the server certificate chains to.
@@ -186,7 +190,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	// (A cross-certificate is valid from the later of its two roots'
 	// NotBefore; one through a root not valid yet, from an issuer whose
 	// clock runs ahead, is not a path a client needs now.)
-	leaf := mustParse(m.t, m.gw.CertPEM)[0]
+	leaf := parsed(m.t, m.gw.CertPEM)[0]
 	at := func(r *x509.Certificate) time.Time {
 		return slices.MaxFunc([]time.Time{m.now, r.NotBefore, server.NotBefore, leaf.NotBefore}, time.Time.Compare)
 	}
@@ -227,7 +231,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime {
 		return // adoption: the step-wise invariants start from here
 	}
-	before := mustParse(m.t, prev.CAPEM)
+	before := parsed(m.t, prev.CAPEM)
 	prevServer := prev.State.Server
 	switched := bundle.Fingerprint(server) == root.Fingerprint
 	// 2 and 3. a root leaves only by retirement, never because a rotation came.
@@ -237,7 +241,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		}
 		expired := !m.now.Before(r.NotAfter)
 		unused := switched && m.tracked && !m.now.Before(m.gw.State.SwitchedAt.Add(m.timings.TrustPropagationDelay)) && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
-			return !m.now.After(c.leaf.NotAfter) && bundle.ChainsTo(c.leaf, r)
+			return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r)
 		})
 		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
 		m.check(bundle.Fingerprint(r) != bundle.Fingerprint(server), "invariant 2: the server root was retired")
@@ -245,7 +249,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	for _, c := range m.clients {
 		for _, r := range before {
 			// A root that expired is useless to its leaves too: it may go.
-			if m.now.Before(c.leaf.NotAfter) && m.now.Before(r.NotAfter) && bundle.ChainsTo(c.leaf, r) {
+			if m.now.Before(c.leaf.NotAfter) && m.now.Before(r.NotAfter) && m.signatures.ChainsTo(c.leaf, r) {
 				m.check(bundle.Contains(roots, r), "invariant 3: %s's root %s dropped", c.name, r.Subject.CommonName)
 			}
 		}
@@ -385,13 +389,13 @@ func (m *model) settle() {
 			m.reconcile()
 		}
 	}
-	roots := mustParse(m.t, m.gw.CAPEM)
+	roots := parsed(m.t, m.gw.CAPEM)
 	m.check(m.gw.State.Phase == bundle.PhaseSteady, "settled in phase Steady, got %s", m.gw.State.Phase)
 	m.check(len(roots) == 1 && sameCert(roots[0], m.root.Cert), "settled with only the current root in the bundle, got %d roots", len(roots))
 	m.check(m.gw.State.Server == bundle.Fingerprint(m.root.Cert), "settled with the server on the current root")
 	if m.tracked {
 		for _, c := range m.clients {
-			m.check(bundle.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
+			m.check(m.signatures.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
 		}
 	}
 }
@@ -428,45 +432,4 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {
 		t.Fatalf("the random histories missed a branch: switches=%d forced=%d retired=%d", total.switches, total.forced, total.retired)
 	}
-}
-
-func mustParse(t *testing.T, data []byte) []*x509.Certificate {
-	t.Helper()
-	cs, err := bundle.ParseCertificates("pem", data)
-	if err != nil {
-		t.Fatalf("the gateway holds unparseable PEM: %v", err)
-	}
-	return cs
-}
-
-// sameDecision compares two decisions made on the same input. A server
-// credential issued by a decision is new each time (fresh key, randomized
-// signatures), so those are compared by shape: which certificates, issued by
-// whom. Reusing an issued credential is checked by the idempotence step.
-func sameDecision(a, b bundle.Decision) bool {
-	return slices.Equal(credentialShape(a.CertPEM), credentialShape(b.CertPEM)) &&
-		string(a.CAPEM) == string(b.CAPEM) && maps.Equal(a.State.Annotations(), b.State.Annotations()) &&
-		slices.Equal(a.Events, b.Events) && slices.Equal(a.Renew, b.Renew)
-}
-
-func sameCert(a, b *x509.Certificate) bool { return bundle.Fingerprint(a) == bundle.Fingerprint(b) }
-
-func credentialShape(certPEM []byte) []string {
-	cs, err := bundle.ParseCertificates("tls.crt", certPEM)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = fmt.Sprintf("ca=%v subject=%s issuer=%s aki=%x", c.IsCA, c.Subject, c.Issuer, c.AuthorityKeyId)
-	}
-	return out
-}
-
-func names(cs []*x509.Certificate) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Subject.CommonName
-	}
-	return out
 }

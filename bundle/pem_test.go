@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -15,54 +13,11 @@ import (
 	"github.com/dualca/dualca/test/certs"
 )
 
-// fxNow is the fixed "current time" of the tests in this package, so that
-// nothing depends on the wall clock.
-var fxNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// fxCert makes a certificate valid for an hour either side of fxNow.
-func fxCert(t testing.TB, cn string, opts certs.Options, parent *certs.CA) *certs.CA {
-	t.Helper()
-	return certs.MustNew(t, cn, fxNow.Add(-time.Hour), fxNow.Add(time.Hour), opts, parent)
-}
-
-// fxRoot makes a self-signed ECDSA root CA valid for an hour either side of
-// fxNow.
-func fxRoot(t testing.TB, cn string) *certs.CA {
-	t.Helper()
-	return fxCert(t, cn, certs.Options{IsCA: true}, nil)
-}
-
-// fxExpectInvalid asserts that err is an *InvalidError for field with exactly
-// reason, and that its message leaks no PEM or base64 DER.
-func fxExpectInvalid(g Gomega, err error, field, reason string) {
-	var ie *bundle.InvalidError
-	g.Expect(errors.As(err, &ie)).To(BeTrue(), "error %v is not an *InvalidError", err)
-	g.Expect(ie.Field).To(Equal(field))
-	g.Expect(ie.Reason).To(Equal(reason))
-	fxExpectNoKeyMaterial(g, err.Error())
-}
-
-// fxExpectNoKeyMaterial checks that msg holds no PEM armour and no base64 DER
-// (every DER SEQUENCE longer than 255 bytes encodes to "MII").
-func fxExpectNoKeyMaterial(g Gomega, msg string) {
-	g.Expect(msg).NotTo(ContainSubstring("-----"))
-	g.Expect(msg).NotTo(ContainSubstring("MII"))
-	g.Expect(len(msg)).To(BeNumerically("<", 200))
-}
-
-func fxFingerprints(cs []*x509.Certificate) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = bundle.Fingerprint(c)
-	}
-	return out
-}
-
 func TestParseCertificates(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root a")
-	b := fxRoot(t, "root b")
-	keyPEM := fxCert(t, "key", certs.Options{KeyEncoding: certs.EncodingPKCS8}, nil).KeyPEM
+	a := newRoot(t, "root a")
+	b := newRoot(t, "root b")
+	keyPEM := newCert(t, "key", certs.Options{KeyEncoding: certs.EncodingPKCS8}, nil).KeyPEM
 	two := certs.Bundle(a, b)
 	aBody := strings.TrimSuffix(string(a.CertPEM), "-----END CERTIFICATE-----\n")
 
@@ -181,7 +136,7 @@ func TestParseCertificates(t *testing.T) {
 			g := NewWithT(t)
 			got, err := bundle.ParseCertificates("ca.crt", tc.input)
 			if tc.wantReason != "" {
-				fxExpectInvalid(g, err, "ca.crt", tc.wantReason)
+				expectInvalid(g, err, "ca.crt", tc.wantReason)
 				g.Expect(got).To(BeNil())
 				return
 			}
@@ -190,7 +145,7 @@ func TestParseCertificates(t *testing.T) {
 			for i, c := range tc.want {
 				want[i] = c.Cert
 			}
-			g.Expect(fxFingerprints(got)).To(Equal(fxFingerprints(want)))
+			g.Expect(fingerprints(got)).To(Equal(fingerprints(want)))
 		})
 	}
 }
@@ -221,10 +176,10 @@ func TestInvalidErrorError(t *testing.T) {
 
 func TestEncode(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root a")
-	b := fxRoot(t, "root b")
-	rsaRoot := fxCert(t, "rsa root", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
-	edRoot := fxCert(t, "ed25519 root", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
+	a := newRoot(t, "root a")
+	b := newRoot(t, "root b")
+	rsaRoot := newCert(t, "rsa root", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
+	edRoot := newCert(t, "ed25519 root", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
 
 	tests := map[string]struct {
 		in   []*x509.Certificate
@@ -262,15 +217,15 @@ func TestEncode(t *testing.T) {
 					nonNil = append(nonNil, c)
 				}
 			}
-			g.Expect(fxFingerprints(parsed)).To(Equal(fxFingerprints(nonNil)))
+			g.Expect(fingerprints(parsed)).To(Equal(fingerprints(nonNil)))
 		})
 	}
 }
 
 func TestHash(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root a")
-	b := fxRoot(t, "root b")
+	a := newRoot(t, "root a")
+	b := newRoot(t, "root b")
 
 	tests := map[string]struct {
 		data      []byte

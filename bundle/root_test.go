@@ -18,7 +18,7 @@ import (
 
 func TestCheckCA(t *testing.T) {
 	t.Parallel()
-	ca := fxRoot(t, "root")
+	ca := newRoot(t, "root")
 	window := func(cn string, notBefore, notAfter time.Time) *x509.Certificate {
 		return certs.MustNew(t, cn, notBefore, notAfter, certs.Options{IsCA: true}, nil).Cert
 	}
@@ -31,50 +31,50 @@ func TestCheckCA(t *testing.T) {
 			cert: ca.Cert,
 		},
 		"an RSA CA is accepted": {
-			cert: fxCert(t, "rsa", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil).Cert,
+			cert: newCert(t, "rsa", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil).Cert,
 		},
 		"an Ed25519 CA is accepted": {
-			cert: fxCert(t, "ed25519", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil).Cert,
+			cert: newCert(t, "ed25519", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil).Cert,
 		},
 		"a CA without a key usage extension is accepted, since nothing restricts it": {
-			cert: fxCert(t, "no usage", certs.Options{IsCA: true, NoKeyUsage: true}, nil).Cert,
+			cert: newCert(t, "no usage", certs.Options{IsCA: true, NoKeyUsage: true}, nil).Cert,
 		},
 		"a leaf is not a CA": {
-			cert:       fxCert(t, "leaf.example.com", certs.Options{}, ca).Cert,
+			cert:       newCert(t, "leaf.example.com", certs.Options{}, ca).Cert,
 			wantReason: "certificate is not a CA",
 		},
 		"a self-signed leaf is not a CA either": {
-			cert:       fxCert(t, "self.example.com", certs.Options{}, nil).Cert,
+			cert:       newCert(t, "self.example.com", certs.Options{}, nil).Cert,
 			wantReason: "certificate is not a CA",
 		},
 		"a certificate without basic constraints is not a CA": {
-			cert:       fxCert(t, "no constraints", certs.Options{IsCA: true, NoBasicConstraints: true}, nil).Cert,
+			cert:       newCert(t, "no constraints", certs.Options{IsCA: true, NoBasicConstraints: true}, nil).Cert,
 			wantReason: "certificate is not a CA",
 		},
 		"a CA without the cert sign key usage may not sign certificates": {
-			cert:       fxCert(t, "no cert sign", certs.Options{IsCA: true, NoCertSign: true}, nil).Cert,
+			cert:       newCert(t, "no cert sign", certs.Options{IsCA: true, NoCertSign: true}, nil).Cert,
 			wantReason: "CA may not sign certificates",
 		},
 		"an expired CA is rejected with its expiry time": {
-			cert:       window("expired", fxNow.Add(-2*time.Hour), fxNow.Add(-time.Hour)),
+			cert:       window("expired", testNow.Add(-2*time.Hour), testNow.Add(-time.Hour)),
 			wantReason: "certificate expired at 2026-01-02T02:04:05Z",
 		},
 		"a CA one second past its NotAfter is expired": {
-			cert:       window("just expired", fxNow.Add(-time.Hour), fxNow.Add(-time.Second)),
+			cert:       window("just expired", testNow.Add(-time.Hour), testNow.Add(-time.Second)),
 			wantReason: "certificate expired at 2026-01-02T03:04:04Z",
 		},
 		"a CA at exactly its NotAfter is still valid": {
-			cert: window("last second", fxNow.Add(-time.Hour), fxNow),
+			cert: window("last second", testNow.Add(-time.Hour), testNow),
 		},
 		"a CA that becomes valid beyond the clock skew is not valid yet": {
-			cert:       window("future", fxNow.Add(bundle.ClockSkew+time.Second), fxNow.Add(time.Hour)),
+			cert:       window("future", testNow.Add(bundle.ClockSkew+time.Second), testNow.Add(time.Hour)),
 			wantReason: "certificate not valid before 2026-01-02T03:09:06Z",
 		},
 		"a CA that becomes valid within the clock skew is accepted": {
-			cert: window("slightly ahead", fxNow.Add(bundle.ClockSkew-time.Minute), fxNow.Add(time.Hour)),
+			cert: window("slightly ahead", testNow.Add(bundle.ClockSkew-time.Minute), testNow.Add(time.Hour)),
 		},
 		"a CA that becomes valid exactly at the clock skew is accepted": {
-			cert: window("at the skew", fxNow.Add(bundle.ClockSkew), fxNow.Add(time.Hour)),
+			cert: window("at the skew", testNow.Add(bundle.ClockSkew), testNow.Add(time.Hour)),
 		},
 		"no certificate is rejected rather than panicking": {
 			cert:       nil,
@@ -85,22 +85,22 @@ func TestCheckCA(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			err := bundle.CheckCA("tls.crt", tc.cert, fxNow)
+			err := bundle.CheckCA("tls.crt", tc.cert, testNow)
 			if tc.wantReason == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
 			}
-			fxExpectInvalid(g, err, "tls.crt", tc.wantReason)
+			expectInvalid(g, err, "tls.crt", tc.wantReason)
 		})
 	}
 }
 
 func TestParseBundle(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root a")
-	b := fxRoot(t, "root b")
-	expired := certs.MustNew(t, "expired", fxNow.Add(-2*time.Hour), fxNow.Add(-time.Hour), certs.Options{IsCA: true}, nil)
-	leaf := fxCert(t, "leaf.example.com", certs.Options{}, a)
+	a := newRoot(t, "root a")
+	b := newRoot(t, "root b")
+	expired := certs.MustNew(t, "expired", testNow.Add(-2*time.Hour), testNow.Add(-time.Hour), certs.Options{IsCA: true}, nil)
+	leaf := newCert(t, "leaf.example.com", certs.Options{}, a)
 
 	tests := map[string]struct {
 		input      []byte
@@ -128,29 +128,29 @@ func TestParseBundle(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			got, err := bundle.ParseBundle("ca.crt", tc.input, fxNow)
+			got, err := bundle.ParseBundle("ca.crt", tc.input, testNow)
 			if tc.wantReason != "" {
-				fxExpectInvalid(g, err, "ca.crt", tc.wantReason)
+				expectInvalid(g, err, "ca.crt", tc.wantReason)
 				g.Expect(got).To(BeNil())
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(fxFingerprints(got)).To(Equal(fxFingerprints(tc.want)))
+			g.Expect(fingerprints(got)).To(Equal(fingerprints(tc.want)))
 		})
 	}
 }
 
 func TestValidateRoot(t *testing.T) {
 	t.Parallel()
-	ecRoot := fxRoot(t, "ecdsa root")
-	ecPKCS8Root := fxCert(t, "ecdsa pkcs8 root", certs.Options{IsCA: true, KeyEncoding: certs.EncodingPKCS8}, nil)
-	rsaRoot := fxCert(t, "rsa root", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
-	rsaPKCS8Root := fxCert(t, "rsa pkcs8 root", certs.Options{IsCA: true, KeyType: certs.KeyRSA, KeyEncoding: certs.EncodingPKCS8}, nil)
-	edRoot := fxCert(t, "ed25519 root", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
+	ecRoot := newRoot(t, "ecdsa root")
+	ecPKCS8Root := newCert(t, "ecdsa pkcs8 root", certs.Options{IsCA: true, KeyEncoding: certs.EncodingPKCS8}, nil)
+	rsaRoot := newCert(t, "rsa root", certs.Options{IsCA: true, KeyType: certs.KeyRSA}, nil)
+	rsaPKCS8Root := newCert(t, "rsa pkcs8 root", certs.Options{IsCA: true, KeyType: certs.KeyRSA, KeyEncoding: certs.EncodingPKCS8}, nil)
+	edRoot := newCert(t, "ed25519 root", certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
 	// Same subject name, different key: what a re-issued root looks like.
-	otherEC := fxRoot(t, "ecdsa root")
-	leaf := fxCert(t, "leaf.example.com", certs.Options{}, ecRoot)
-	expired := certs.MustNew(t, "expired", fxNow.Add(-2*time.Hour), fxNow.Add(-time.Hour), certs.Options{IsCA: true}, nil)
+	otherEC := newRoot(t, "ecdsa root")
+	leaf := newCert(t, "leaf.example.com", certs.Options{}, ecRoot)
+	expired := certs.MustNew(t, "expired", testNow.Add(-2*time.Hour), testNow.Add(-time.Hour), certs.Options{IsCA: true}, nil)
 
 	x25519, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
@@ -289,9 +289,9 @@ func TestValidateRoot(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			root, err := bundle.ValidateRoot(tc.cert, tc.key, tc.ca, fxNow)
+			root, err := bundle.ValidateRoot(tc.cert, tc.key, tc.ca, testNow)
 			if tc.wantReason != "" {
-				fxExpectInvalid(g, err, tc.wantField, tc.wantReason)
+				expectInvalid(g, err, tc.wantField, tc.wantReason)
 				g.Expect(root).To(BeNil())
 				return
 			}
@@ -305,7 +305,7 @@ func TestValidateRoot(t *testing.T) {
 			g.Expect(root.CA).To(HaveLen(tc.wantCA))
 			g.Expect(root.CAPEM).To(Equal(tc.ca))
 			g.Expect(root.String()).To(ContainSubstring(root.Fingerprint))
-			fxExpectNoKeyMaterial(g, root.String())
+			expectNoKeyMaterial(g, root.String())
 		})
 	}
 }
@@ -313,10 +313,10 @@ func TestValidateRoot(t *testing.T) {
 func TestValidateRootCopiesItsInput(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ca := fxRoot(t, "root")
+	ca := newRoot(t, "root")
 	cert, key, caPEM := bytes.Clone(ca.CertPEM), bytes.Clone(ca.KeyPEM), bytes.Clone(ca.CertPEM)
 
-	root, err := bundle.ValidateRoot(cert, key, caPEM, fxNow)
+	root, err := bundle.ValidateRoot(cert, key, caPEM, testNow)
 	g.Expect(err).NotTo(HaveOccurred())
 	// The caller's buffers may be reused or edited later; the validated
 	// copy must not change behind our back.
@@ -331,10 +331,10 @@ func TestValidateRootCopiesItsInput(t *testing.T) {
 
 func TestKeyMatches(t *testing.T) {
 	t.Parallel()
-	root := fxRoot(t, "root")
-	other := fxRoot(t, "root")
-	leaf := fxCert(t, "gateway.example.com", certs.Options{}, root)
-	rsaLeaf := fxCert(t, "rsa.example.com", certs.Options{KeyType: certs.KeyRSA}, root)
+	root := newRoot(t, "root")
+	other := newRoot(t, "root")
+	leaf := newCert(t, "gateway.example.com", certs.Options{}, root)
+	rsaLeaf := newCert(t, "rsa.example.com", certs.Options{KeyType: certs.KeyRSA}, root)
 
 	tests := map[string]struct {
 		cert, key []byte
@@ -393,7 +393,7 @@ func TestRootString(t *testing.T) {
 		},
 		"a root is described by fingerprint and validity, never by its key": {
 			root: &bundle.Root{
-				Cert:        &x509.Certificate{NotBefore: fxNow, NotAfter: fxNow.Add(time.Hour)},
+				Cert:        &x509.Certificate{NotBefore: testNow, NotAfter: testNow.Add(time.Hour)},
 				KeyPEM:      []byte("-----BEGIN PRIVATE KEY-----"),
 				Fingerprint: "ab12",
 			},

@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"slices"
 	"time"
 )
 
@@ -59,12 +58,41 @@ type server struct {
 	selfSigned bool
 }
 
+// credential returns the server credential for serverRoot: the one found if
+// it is usable, else a leaf issued now (from the current root's key, or from
+// the server root's own key when tls.crt still holds the legacy self-signed
+// form). It then carries a chain of cross-certificates from the server root
+// to the current root, each root certified by the next one to have been
+// current: clients that trust any root along it can verify the server.
+func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept []*x509.Certificate) *server {
+	root := p.root
+	s := found
+	if s == nil || s.selfSigned {
+		keyPEM := root.KeyPEM // no usable credential: the server just moved to root
+		if s != nil {
+			keyPEM = s.keyPEM
+		}
+		issued, err := issueServer(serverRoot, keyPEM)
+		if err != nil {
+			p.emit(Event{Warning: true, Reason: ReasonServerCredentialFailed,
+				Message: "could not issue a server certificate, presenting the root itself: " + err.Error()})
+			if s == nil {
+				s = &server{root: root.Cert, leaf: root.Cert, keyPEM: root.KeyPEM, selfSigned: true}
+			}
+			return s
+		}
+		s = issued
+	}
+	s.crosses = p.crossChain(s.root, s.crosses, kept)
+	return s
+}
+
 // readServer returns the credential found in the gateway if it is usable:
 // its first certificate matches tls.key and either is a CA (the legacy
 // form) or is signed by one of roots, the recorded server root if it is one
 // of them. Cross-certificates are kept when they certify the server root and
 // are signed by one of roots. nil means there is no usable credential.
-func readServer(gw Gateway, roots []*x509.Certificate) *server {
+func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server {
 	certs := certsIn(gw.CertPEM)
 	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
 		return nil
@@ -78,7 +106,7 @@ func readServer(gw Gateway, roots []*x509.Certificate) *server {
 	// the same key, a cross-certificate) all verify the leaf: the one dualca
 	// recorded is the one it issued the leaf from.
 	for _, r := range roots {
-		if ChainsTo(s.leaf, r) && (s.root == nil || Fingerprint(r) == gw.State.Server) {
+		if sigs.ChainsTo(s.leaf, r) && (s.root == nil || Fingerprint(r) == gw.State.Server) {
 			s.root = r
 		}
 	}
@@ -95,25 +123,29 @@ func readServer(gw Gateway, roots []*x509.Certificate) *server {
 
 // crossSigner returns the root among roots, other than root itself, that
 // signed c as a cross-certificate of root; nil if c is not one.
-func crossSigner(c, root *x509.Certificate, roots []*x509.Certificate) *x509.Certificate {
+func crossSigner(c, root *x509.Certificate, roots []*x509.Certificate, sigs *Signatures) *x509.Certificate {
 	if !isCA(c) || !bytes.Equal(c.RawSubject, root.RawSubject) || !bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) {
 		return nil
 	}
 	for _, r := range roots {
-		if Fingerprint(r) != Fingerprint(root) && ChainsTo(c, r) {
+		if Fingerprint(r) != Fingerprint(root) && sigs.ChainsTo(c, r) {
 			return r
 		}
 	}
 	return nil
 }
 
-// pem is tls.crt: the leaf, then the cross-certificates.
-func (s *server) pem() []byte {
-	var b bytes.Buffer
-	for _, c := range append([]*x509.Certificate{s.leaf}, s.crosses...) {
-		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+// certPEM is tls.crt: the leaf, then the cross-certificates.
+func (s *server) certPEM() []byte {
+	return Encode(append([]*x509.Certificate{s.leaf}, s.crosses...))
+}
+
+// rootOrNil is the server root of a credential found, nil if none was.
+func (s *server) rootOrNil() *x509.Certificate {
+	if s == nil {
+		return nil
 	}
-	return b.Bytes()
+	return s.root
 }
 
 // issueServer makes a credential for root: a fresh ECDSA P-256 key and a
@@ -240,100 +272,6 @@ func certsIn(data []byte) []*x509.Certificate {
 	}
 	return out
 }
-
-// crossChain returns the cross-certificates to send after a leaf of
-// server, from those found and, where missing, new ones signed by the
-// current root:
-//
-//   - first the longest path from the server root to the current root, each
-//     root certified by one that was current after it (R1 by R2, R2 by R3):
-//     OpenSSL follows the first certificate that fits and never backtracks,
-//     so a single path must serve every client population; a path that
-//     stops short is completed by the current root certifying where it ends;
-//   - then a cross-certificate of the server root by each root that has
-//     been current since (R1 by R3), for verifiers that backtrack, and for
-//     a path to start again from should a root along it expire.
-//
-// Only certificates signed by a root still in kept stay. The order depends
-// only on the certificates, never on when they were made, so the same
-// credential is written again byte for byte.
-func crossChain(server *x509.Certificate, found []*x509.Certificate, root *Root, kept []*x509.Certificate, events *[]Event) []*x509.Certificate {
-	if Fingerprint(server) == root.Fingerprint {
-		return nil
-	}
-	age := map[string]int{} // position in kept, newest first: larger is older
-	for i, k := range kept {
-		age[Fingerprint(k)] = i
-	}
-	oldestFirst := func(links []link) []link {
-		slices.SortStableFunc(links, func(a, b link) int { return age[Fingerprint(b.signer)] - age[Fingerprint(a.signer)] })
-		return links
-	}
-	certifying := func(node *x509.Certificate) []link {
-		var links []link
-		for _, c := range found {
-			if signer := crossSigner(c, node, kept); signer != nil {
-				links = append(links, link{c, signer})
-			}
-		}
-		return oldestFirst(links)
-	}
-	sign := func(c *x509.Certificate) []link {
-		cross, err := crossSign(c, root.Cert, root.KeyPEM)
-		if err != nil {
-			*events = append(*events, Event{Warning: true, Reason: ReasonBundleUpdated,
-				Message: "clients of the new root may not verify the server until it switches: " + err.Error()})
-			return nil
-		}
-		return []link{{cross, root.Cert}}
-	}
-
-	var complete, partial []link
-	end := server
-	visited := map[string]bool{Fingerprint(server): true}
-	var walk func(node *x509.Certificate, path []link)
-	walk = func(node *x509.Certificate, path []link) {
-		if Fingerprint(node) == root.Fingerprint {
-			if len(path) > len(complete) {
-				complete = slices.Clone(path)
-			}
-			return
-		}
-		if len(path) > len(partial) {
-			partial, end = slices.Clone(path), node
-		}
-		for _, l := range certifying(node) {
-			if fp := Fingerprint(l.signer); !visited[fp] {
-				visited[fp] = true
-				walk(l.signer, append(path, l))
-				visited[fp] = false
-			}
-		}
-	}
-	walk(server, nil)
-	path := complete
-	if path == nil {
-		path = append(partial, sign(end)...)
-	}
-
-	direct := certifying(server)
-	if len(path) > 0 && Fingerprint(path[0].signer) == root.Fingerprint {
-		direct = append(direct, path[0]) // the path is the direct cross-certificate
-	}
-	if !slices.ContainsFunc(direct, func(l link) bool { return Fingerprint(l.signer) == root.Fingerprint }) {
-		direct = append(direct, sign(server)...)
-	}
-	var out []*x509.Certificate
-	for _, l := range append(path, oldestFirst(direct)...) {
-		if !slices.ContainsFunc(out, func(c *x509.Certificate) bool { return bytes.Equal(c.Raw, l.cert.Raw) }) {
-			out = append(out, l.cert)
-		}
-	}
-	return out
-}
-
-// link is a cross-certificate and the root that signed it.
-type link struct{ cert, signer *x509.Certificate }
 
 // VerifyServer checks a server credential the way a client that trusts
 // only trust does: the first certificate of certPEM must be a leaf for

@@ -67,7 +67,36 @@ func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 // signed directly by root: its issuer name equals root's subject name and the
 // signature verifies with root's key. Checking the signature, not just the
 // name, matters because a re-issued root usually keeps its subject name.
+// It remembers nothing: a caller that asks about the same certificates
+// again and again keeps a Signatures and asks it instead.
 func ChainsTo(leaf, root *x509.Certificate) bool {
+	var none *Signatures
+	return none.ChainsTo(leaf, root)
+}
+
+// Signatures remembers signature checks. A decision asks whether each
+// client's leaf chains to each root in the bundle, at every reconcile, and
+// roots of one CA share a subject name, so without it thousands of clients
+// would cost thousands of public-key operations per reconcile. A result is
+// a pure function of the two certificates' bytes, so it never goes stale:
+// whoever decides repeatedly (the syncer, for as long as it runs) keeps one
+// and hands it to the decisions in Clients. It is safe for concurrent use;
+// a nil *Signatures checks every time and remembers nothing.
+type Signatures struct {
+	mu   sync.Mutex
+	seen map[[2][sha256.Size]byte]bool
+}
+
+// maxSignatures bounds the memory of a Signatures: about 100 bytes an entry.
+const maxSignatures = 1 << 16
+
+// NewSignatures returns an empty Signatures.
+func NewSignatures() *Signatures {
+	return &Signatures{seen: map[[2][sha256.Size]byte]bool{}}
+}
+
+// ChainsTo is the package's ChainsTo, with the signature check remembered.
+func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 	if leaf == nil || root == nil {
 		return false
 	}
@@ -77,39 +106,27 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 	if !bytes.Equal(leaf.RawIssuer, root.RawSubject) {
 		return false
 	}
-	return signatures.verify(leaf, root)
+	if s == nil {
+		return leaf.CheckSignatureFrom(root) == nil
+	}
+	return s.verify(leaf, root)
 }
 
-// signatures remembers signature checks. A decision asks whether each
-// client's leaf chains to each root in the bundle, at every reconcile, and
-// roots of one CA share a subject name, so without it thousands of clients
-// would cost thousands of public-key operations per reconcile. The result
-// is a pure function of the two certificates' bytes, so it never goes stale.
-var signatures = signatureCache{seen: map[[2][sha256.Size]byte]bool{}}
-
-// maxSignatureCache bounds the memory: about 100 bytes an entry.
-const maxSignatureCache = 1 << 16
-
-type signatureCache struct {
-	mu   sync.Mutex
-	seen map[[2][sha256.Size]byte]bool
-}
-
-func (c *signatureCache) verify(leaf, root *x509.Certificate) bool {
+func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	key := [2][sha256.Size]byte{sha256.Sum256(leaf.Raw), sha256.Sum256(root.Raw)}
-	c.mu.Lock()
-	ok, found := c.seen[key]
-	c.mu.Unlock()
+	s.mu.Lock()
+	ok, found := s.seen[key]
+	s.mu.Unlock()
 	if found {
 		return ok
 	}
 	ok = leaf.CheckSignatureFrom(root) == nil
-	c.mu.Lock()
-	if len(c.seen) >= maxSignatureCache {
-		clear(c.seen) // simpler than an LRU, and a refill costs one pass
+	s.mu.Lock()
+	if s.seen == nil || len(s.seen) >= maxSignatures {
+		s.seen = map[[2][sha256.Size]byte]bool{} // simpler than an LRU, and a refill costs one pass
 	}
-	c.seen[key] = ok
-	c.mu.Unlock()
+	s.seen[key] = ok
+	s.mu.Unlock()
 	return ok
 }
 

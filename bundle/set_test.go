@@ -18,7 +18,7 @@ import (
 
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root")
+	a := newRoot(t, "root")
 	// Same name, same validity, different key: a different root.
 	b := certs.MustNew(t, "root", a.Cert.NotBefore, a.Cert.NotAfter, certs.Options{IsCA: true}, nil)
 	sum := sha256.Sum256(a.Cert.Raw)
@@ -54,7 +54,7 @@ func TestFingerprint(t *testing.T) {
 func TestNormalize(t *testing.T) {
 	t.Parallel()
 	mk := func(cn string, notBefore, notAfter time.Duration) *x509.Certificate {
-		return certs.MustNew(t, cn, fxNow.Add(notBefore), fxNow.Add(notAfter), certs.Options{IsCA: true}, nil).Cert
+		return certs.MustNew(t, cn, testNow.Add(notBefore), testNow.Add(notAfter), certs.Options{IsCA: true}, nil).Cert
 	}
 	h := time.Hour
 	oldest := mk("oldest", -30*24*h, 30*24*h)
@@ -132,10 +132,10 @@ func TestNormalize(t *testing.T) {
 				}
 				before := slices.Clone(in)
 
-				got := bundle.Normalize(in, fxNow)
+				got := bundle.Normalize(in, testNow)
 
 				g.Expect(got).NotTo(BeNil())
-				g.Expect(fxFingerprints(got)).To(Equal(fxFingerprints(tc.want)), "input order %v", fxNames(before))
+				g.Expect(fingerprints(got)).To(Equal(fingerprints(tc.want)), "input order %v", names(before))
 				g.Expect(bundle.Encode(got)).To(Equal(wantPEM))
 				g.Expect(in).To(Equal(before), "the input slice must not be modified")
 			}
@@ -145,18 +145,18 @@ func TestNormalize(t *testing.T) {
 
 func TestChainsTo(t *testing.T) {
 	t.Parallel()
-	root := fxRoot(t, "dualca root")
+	root := newRoot(t, "dualca root")
 	// A re-issued root: same subject name, new key.
-	reissued := fxRoot(t, "dualca root")
-	unrelated := fxRoot(t, "unrelated root")
-	child := fxCert(t, "gateway.example.com", certs.Options{}, root)
-	childOfReissued := fxCert(t, "gateway.example.com", certs.Options{}, reissued)
-	intermediate := fxCert(t, "intermediate", certs.Options{IsCA: true}, root)
-	grandchild := fxCert(t, "deep.example.com", certs.Options{}, intermediate)
+	reissued := newRoot(t, "dualca root")
+	unrelated := newRoot(t, "unrelated root")
+	child := newCert(t, "gateway.example.com", certs.Options{}, root)
+	childOfReissued := newCert(t, "gateway.example.com", certs.Options{}, reissued)
+	intermediate := newCert(t, "intermediate", certs.Options{IsCA: true}, root)
+	grandchild := newCert(t, "deep.example.com", certs.Options{}, intermediate)
 	// A leaf used as an issuer: names and signature match, but it is not a
 	// CA, so nothing can chain to it.
-	notCA := fxCert(t, "not a ca", certs.Options{}, nil)
-	childOfLeaf := fxCert(t, "child.example.com", certs.Options{}, notCA)
+	notCA := newCert(t, "not a ca", certs.Options{}, nil)
+	childOfLeaf := newCert(t, "child.example.com", certs.Options{}, notCA)
 
 	tests := map[string]struct {
 		leaf, root *x509.Certificate
@@ -204,15 +204,41 @@ func TestChainsTo(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
 			g.Expect(bundle.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want))
+			// A Signatures gives the same answer, the first time and when it
+			// remembers it; a nil one and an empty one check afresh.
+			sigs := bundle.NewSignatures()
+			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "checked")
+			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "remembered")
+			var none *bundle.Signatures
+			g.Expect(none.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "a nil Signatures")
+			g.Expect(new(bundle.Signatures).ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "an empty Signatures")
 		})
+	}
+}
+
+// TestSignaturesRememberPerPair: a check remembered for one pair of
+// certificates never answers for another, whatever their names share.
+func TestSignaturesRememberPerPair(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	root := newRoot(t, "dualca root")
+	reissued := newRoot(t, "dualca root") // same subject name, new key
+	child := newCert(t, "gateway.example.com", certs.Options{}, root)
+	childOfReissued := newCert(t, "gateway.example.com", certs.Options{}, reissued)
+	sigs := bundle.NewSignatures()
+	for range 2 {
+		g.Expect(sigs.ChainsTo(child.Cert, root.Cert)).To(BeTrue())
+		g.Expect(sigs.ChainsTo(child.Cert, reissued.Cert)).To(BeFalse())
+		g.Expect(sigs.ChainsTo(childOfReissued.Cert, reissued.Cert)).To(BeTrue())
+		g.Expect(sigs.ChainsTo(childOfReissued.Cert, root.Cert)).To(BeFalse())
 	}
 }
 
 func TestContainsAndFind(t *testing.T) {
 	t.Parallel()
-	a := fxRoot(t, "root")
-	b := fxRoot(t, "root")
-	c := fxRoot(t, "other")
+	a := newRoot(t, "root")
+	b := newRoot(t, "root")
+	c := newRoot(t, "other")
 	set := []*x509.Certificate{nil, a.Cert, b.Cert}
 
 	tests := map[string]struct {
@@ -224,7 +250,7 @@ func TestContainsAndFind(t *testing.T) {
 			set: set, cert: b.Cert, want: b.Cert,
 		},
 		"a member is found through a separately parsed copy": {
-			set: set, cert: fxReparse(t, a.Cert), want: a.Cert,
+			set: set, cert: reparse(t, a.Cert), want: a.Cert,
 		},
 		"a certificate with the same name but other bytes is not a member": {
 			set: []*x509.Certificate{a.Cert}, cert: b.Cert, want: nil,
@@ -258,23 +284,4 @@ func TestContainsAndFind(t *testing.T) {
 		g.Expect(bundle.Find(set, "")).To(BeNil())
 		g.Expect(bundle.Find(set, "sha256:00")).To(BeNil())
 	})
-}
-
-func fxReparse(t testing.TB, c *x509.Certificate) *x509.Certificate {
-	t.Helper()
-	p, err := x509.ParseCertificate(c.Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func fxNames(cs []*x509.Certificate) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		if c != nil {
-			out[i] = c.Subject.CommonName
-		}
-	}
-	return out
 }

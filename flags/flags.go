@@ -1,6 +1,9 @@
-// Package flags holds dualca's command-line options: one Options struct that
-// registers its flags and validates them before anything talks to the cluster,
-// so a typo in a Deployment fails the pod at once instead of half-rotating a CA.
+// Package flags holds dualca's command lines: the Options of the main
+// command and the Status options of `dualca status`, each registering its
+// flags and validating them before anything talks to the cluster, so a typo
+// in a Deployment fails the pod at once instead of half-rotating a CA. Both
+// commands name the root, the gateway and the clients with the same flags,
+// parsed and validated by the same functions.
 package flags
 
 import (
@@ -8,23 +11,20 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/dualca/dualca/syncer"
 )
 
 // Options is everything dualca can be told on its command line.
 type Options struct {
-	// RootSecret is the cert-manager CA Secret that dualca follows (read only).
-	RootSecret types.NamespacedName
-	// GatewaySecret is the Secret dualca owns and the gateway reads.
-	GatewaySecret types.NamespacedName
+	// Objects are the root and gateway Secrets and the client Certificates.
+	Objects
 	// Legacy selects the old behaviour: the gateway Secret is a plain copy of
 	// the root. It exists so that a rollout can be reverted with one flag.
 	Legacy bool
@@ -37,12 +37,6 @@ type Options struct {
 	// ServerSwitchGrace is how long after a new root entered the bundle the
 	// server credential is switched to it even if clients are not ready.
 	ServerSwitchGrace time.Duration
-	// ClientSelector selects the client Certificates whose renewal dualca
-	// tracks and triggers; empty means clients are not tracked.
-	ClientSelector labels.Selector
-	// ClientNamespaces are where the client Certificates live (default: the
-	// gateway Secret's namespace).
-	ClientNamespaces []string
 	// RenewalQPS and RenewalBurst pace client renewals: a token bucket
 	// refilled at RenewalQPS per second, holding at most RenewalBurst.
 	RenewalQPS   float64
@@ -59,10 +53,6 @@ type Options struct {
 	LeaderElectionNamespace string
 	// Zap holds controller-runtime's logging flags (--zap-log-level and friends).
 	Zap ctrlzap.Options
-
-	rootSecret, gatewaySecret string
-	clientSelector            string
-	clientNamespaces          string
 }
 
 // Defaults returns Options with the documented defaults.
@@ -79,13 +69,19 @@ func Defaults() Options {
 	}
 }
 
-// AddFlags registers every option on fs. The kubeconfig flag is
-// controller-runtime's own, registered through its config package, which
-// binds it to a package-level variable: parse one FlagSet at a time.
+// AddFlags registers every option on fs; Parse turns what the string flags
+// hold into the typed fields. The kubeconfig flag is controller-runtime's
+// own, registered through its config package, which binds it to a
+// package-level variable: parse one FlagSet at a time.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.rootSecret, "root-secret", o.rootSecret,
-		"The cert-manager root CA Secret to follow, as NAMESPACE/NAME. Required.")
-	fs.StringVar(&o.gatewaySecret, "gateway-secret", o.gatewaySecret,
+	o.addOwnFlags(fs)
+	config.RegisterFlags(fs)
+	o.Zap.BindFlags(fs)
+}
+
+// addOwnFlags registers the flags that are dualca's, not its libraries'.
+func (o *Options) addOwnFlags(fs *flag.FlagSet) {
+	o.addSecretFlags(fs, "The cert-manager root CA Secret to follow, as NAMESPACE/NAME. Required.",
 		"The Secret the gateway reads (server pair + trust bundle), as NAMESPACE/NAME. Required.")
 	fs.BoolVar(&o.Legacy, "cert-management-legacy", o.Legacy,
 		"Use the legacy strategy: the gateway Secret is a plain copy of the root (rotations cause downtime). The revert path.")
@@ -95,10 +91,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"Time given to the gateway to load a bundle holding a new root before clients are moved to it.")
 	fs.DurationVar(&o.ServerSwitchGrace, "server-switch-grace", o.ServerSwitchGrace,
 		"Time after a new root entered the bundle when the server credential is switched to it even if clients are not ready.")
-	fs.StringVar(&o.clientSelector, "client-selector", o.clientSelector,
-		"Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). Empty: clients are not tracked, old roots stay until they expire.")
-	fs.StringVar(&o.clientNamespaces, "client-namespaces", o.clientNamespaces,
-		"Comma-separated namespaces of the client Certificates (default: the gateway Secret's namespace).")
+	o.addClientFlags(fs, "Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). Empty: clients are not tracked, old roots stay until they expire.")
 	fs.Float64Var(&o.RenewalQPS, "renewal-qps", o.RenewalQPS,
 		"Client renewals triggered per second at most (token bucket, jittered).")
 	fs.IntVar(&o.RenewalBurst, "renewal-burst", o.RenewalBurst,
@@ -111,12 +104,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"Enable leader election, for more than one replica. Off for a sidecar.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the gateway Secret's namespace).")
-	config.RegisterFlags(fs)
-	o.Zap.BindFlags(fs)
 }
 
-// Parse registers the flags on a fresh FlagSet, parses args and validates
-// the result. It never touches the cluster.
+// Parse registers the flags on a fresh FlagSet, parses args, turns the
+// string flags into typed options and validates the result, reporting every
+// problem at once. It never touches the cluster.
 func Parse(name string, args []string) (Options, error) {
 	o := Defaults()
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -127,42 +119,24 @@ func Parse(name string, args []string) (Options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return o, o.Validate()
+	malformed, err := o.parse()
+	return o, errors.Join(err, o.validate(malformed))
 }
 
-// Validate checks every option and names the flag at fault. It also turns
-// the NAMESPACE/NAME strings into keys, so it must run before the keys are used.
+// Validate checks every option and names the flag at fault. It changes
+// nothing: Parse has turned the strings of the command line into options.
 func (o *Options) Validate() error {
-	var errs []error
-	for _, k := range []struct {
-		flag string
-		raw  string
-		key  *types.NamespacedName
-	}{
-		{"root-secret", o.rootSecret, &o.RootSecret},
-		{"gateway-secret", o.gatewaySecret, &o.GatewaySecret},
-	} {
-		if k.raw == "" && k.key.Name != "" {
-			continue // set in code, not from a flag
-		}
-		key, err := ParseKey(k.flag, k.raw)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		*k.key = key
-	}
-	if o.RootSecret.Name != "" && o.RootSecret == o.GatewaySecret {
-		errs = append(errs, errors.New("--gateway-secret must differ from --root-secret: dualca never writes the root"))
-	}
-	positive := []struct {
+	return o.validate(nil)
+}
+
+// validate is Validate, leaving out that a flag is missing when it was
+// given but could not be parsed (that was said already).
+func (o *Options) validate(malformed map[string]bool) error {
+	errs := []error{o.Objects.validate(true, malformed)}
+	for _, p := range []struct {
 		flag string
 		d    time.Duration
-	}{
-		{"poll-interval", o.PollInterval},
-		{"server-switch-grace", o.ServerSwitchGrace},
-	}
-	for _, p := range positive {
+	}{{"poll-interval", o.PollInterval}, {"server-switch-grace", o.ServerSwitchGrace}} {
 		if p.d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be positive, got %s", p.flag, p.d))
 		}
@@ -173,36 +147,6 @@ func (o *Options) Validate() error {
 	if o.ServerSwitchGrace > 0 && o.ServerSwitchGrace <= o.TrustPropagationDelay {
 		errs = append(errs, fmt.Errorf("--server-switch-grace (%s) must be longer than --trust-propagation-delay (%s): the gateway must trust a root before it serves from it",
 			o.ServerSwitchGrace, o.TrustPropagationDelay))
-	}
-	if o.clientSelector != "" {
-		sel, err := labels.Parse(o.clientSelector)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("--client-selector=%q: %w", o.clientSelector, err))
-		case sel.Empty():
-			errs = append(errs, fmt.Errorf("--client-selector=%q selects everything; name the label of the client Certificates", o.clientSelector))
-		default:
-			o.ClientSelector = sel
-		}
-	}
-	if o.clientNamespaces != "" {
-		o.ClientNamespaces = nil
-		for ns := range strings.SplitSeq(o.clientNamespaces, ",") {
-			ns = strings.TrimSpace(ns)
-			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-				errs = append(errs, fmt.Errorf("--client-namespaces: namespace %q: %s", ns, strings.Join(msgs, "; ")))
-				continue
-			}
-			if !slices.Contains(o.ClientNamespaces, ns) {
-				o.ClientNamespaces = append(o.ClientNamespaces, ns)
-			}
-		}
-		if o.ClientSelector == nil && o.clientSelector == "" {
-			errs = append(errs, errors.New("--client-namespaces needs --client-selector: without it no client is tracked"))
-		}
-	}
-	if len(o.ClientNamespaces) == 0 && o.GatewaySecret.Namespace != "" {
-		o.ClientNamespaces = []string{o.GatewaySecret.Namespace}
 	}
 	if !(o.RenewalQPS > 0) || math.IsInf(o.RenewalQPS, 0) {
 		errs = append(errs, fmt.Errorf("--renewal-qps must be a positive number, got %v", o.RenewalQPS))
@@ -218,21 +162,107 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// ParseKey turns NAMESPACE/NAME into a key, checking both parts the way the
-// API server would, so that a typo fails here and not as a 404 later.
-func ParseKey(flagName, s string) (types.NamespacedName, error) {
-	if s == "" {
-		return types.NamespacedName{}, fmt.Errorf("--%s is required, as NAMESPACE/NAME", flagName)
+// Syncer is what the syncer needs of the options. The caller adds what no
+// flag sets: the metrics, the logger and, in tests, a clock.
+func (o Options) Syncer() syncer.Options {
+	return syncer.Options{
+		RootSecret:              o.RootSecret,
+		GatewaySecret:           o.GatewaySecret,
+		Legacy:                  o.Legacy,
+		PollInterval:            o.PollInterval,
+		TrustPropagationDelay:   o.TrustPropagationDelay,
+		ServerSwitchGrace:       o.ServerSwitchGrace,
+		ClientSelector:          o.ClientSelector,
+		ClientNamespaces:        o.ClientNamespaces,
+		RenewalQPS:              o.RenewalQPS,
+		RenewalBurst:            o.RenewalBurst,
+		MetricsBindAddress:      o.MetricsBindAddress,
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElect:             o.LeaderElect,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
 	}
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return types.NamespacedName{}, fmt.Errorf("--%s=%q: want NAMESPACE/NAME", flagName, s)
+}
+
+// Args is the command line that Parse turns back into o: every flag of
+// dualca's own whose value differs from its default. The logging and
+// kubeconfig flags are not dualca's options and are left to the caller.
+// Client namespaces are given only with a client selector, as Parse wants.
+func (o Options) Args() []string {
+	given := o
+	given.syncRaw()
+	fs := flag.NewFlagSet("args", flag.ContinueOnError)
+	given.addOwnFlags(fs)
+	defaults := Defaults()
+	ds := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	defaults.addOwnFlags(ds)
+	var args []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := f.Value.String(); v != ds.Lookup(f.Name).Value.String() {
+			if f.Name == "client-namespaces" && o.ClientSelector == nil {
+				return
+			}
+			args = append(args, "--"+f.Name+"="+v)
+		}
+	})
+	return args
+}
+
+// Status is the command line of `dualca status`.
+type Status struct {
+	// Objects are the gateway Secret (required), the root Secret (read and
+	// validated too when given) and the clients (counted when selected).
+	Objects
+	// StalledAfter is how long a rotation may stay in Renewing before the
+	// report calls the renewal stalled.
+	StalledAfter time.Duration
+	// Output is text or json.
+	Output string
+}
+
+// ParseStatus parses the flags of `dualca status` and validates them the
+// way Parse does those the two commands share. It never touches the cluster.
+func ParseStatus(name string, args []string) (Status, error) {
+	s := Status{StalledAfter: time.Hour, Output: "text"}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	s.addSecretFlags(fs, "The root CA Secret, as NAMESPACE/NAME: validated too when given.",
+		"The gateway Secret, as NAMESPACE/NAME. Required.")
+	s.addClientFlags(fs, "Label selector of the client Certificates: counts the clients that need each root.")
+	fs.DurationVar(&s.StalledAfter, "stalled-after", s.StalledAfter, "A rotation renewing clients for longer than this is reported as stalled.")
+	fs.StringVar(&s.Output, "o", s.Output, "Output: text or json.")
+	config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return s, err
 	}
-	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-		return types.NamespacedName{}, fmt.Errorf("--%s=%q: namespace %q: %s", flagName, s, ns, strings.Join(msgs, "; "))
+	malformed, err := s.parse()
+	errs := []error{err, s.validate(malformed)}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return types.NamespacedName{}, fmt.Errorf("--%s=%q: name %q: %s", flagName, s, name, strings.Join(msgs, "; "))
+	return s, errors.Join(errs...)
+}
+
+// Validate checks the options of `dualca status` and names the flag at fault.
+func (s *Status) Validate() error {
+	return s.validate(nil)
+}
+
+func (s *Status) validate(malformed map[string]bool) error {
+	errs := []error{s.Objects.validate(false, malformed)}
+	if s.Output != "text" && s.Output != "json" {
+		errs = append(errs, fmt.Errorf("-o=%q: want text or json", s.Output))
 	}
-	return types.NamespacedName{Namespace: ns, Name: name}, nil
+	if s.StalledAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--stalled-after must be positive, got %s", s.StalledAfter))
+	}
+	return errors.Join(errs...)
+}
+
+// syncRaw sets the string flags from the typed options, so that the flags
+// registered on o show the options as they are now.
+func (o *Objects) syncRaw() {
+	o.rootSecret, o.gatewaySecret = keyString(o.RootSecret), keyString(o.GatewaySecret)
+	o.clientSelector, o.clientNamespaces = "", strings.Join(o.ClientNamespaces, ",")
+	if o.ClientSelector != nil {
+		o.clientSelector = o.ClientSelector.String()
+	}
 }

@@ -1,10 +1,12 @@
 package flags
 
 import (
+	"flag"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -92,4 +94,106 @@ func TestAllProblemsAreReportedTogether(t *testing.T) {
 		ContainSubstring("--root-secret is required"),
 		ContainSubstring("--gateway-secret is required"),
 		ContainSubstring("--poll-interval must be positive"))))
+}
+
+// TestArgsGiveBackTheOptions: Args is the command line of an Options built
+// in code, every flag of dualca's own set away from its default, so that
+// a test running the binary drops none of them.
+func TestArgsGiveBackTheOptions(t *testing.T) {
+	g := NewWithT(t)
+	o := Defaults()
+	o.RootSecret = types.NamespacedName{Namespace: "cert-manager", Name: "root"}
+	o.GatewaySecret = types.NamespacedName{Namespace: "istio-system", Name: "gw"}
+	o.Legacy, o.LeaderElect = true, true
+	o.PollInterval, o.TrustPropagationDelay, o.ServerSwitchGrace = time.Second, 2*time.Second, 3*time.Second
+	o.ClientSelector = labels.SelectorFromSet(labels.Set{"dualca.io/client": "agent"})
+	o.ClientNamespaces = []string{"agents", "edge"}
+	o.RenewalQPS, o.RenewalBurst = 0.5, 2
+	o.MetricsBindAddress, o.HealthProbeBindAddress = "127.0.0.1:1", "127.0.0.1:2"
+	o.LeaderElectionNamespace = "elections"
+
+	args := o.Args()
+	fs := flag.NewFlagSet("own", flag.ContinueOnError)
+	(&Options{}).addOwnFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		g.Expect(args).To(ContainElement(HavePrefix("--"+f.Name+"=")), "every flag of dualca's own is given")
+	})
+	back, err := Parse("dualca", args)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(back.Syncer()).To(Equal(o.Syncer()))
+	g.Expect(back.Legacy).To(BeTrue())
+
+	defaults := Defaults()
+	defaults.RootSecret, defaults.GatewaySecret = o.RootSecret, o.GatewaySecret
+	g.Expect(defaults.Args()).To(ConsistOf("--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw"),
+		"a default is not repeated, and client namespaces go with a selector only")
+}
+
+// TestValidateChangesNothing: Validate of options built in code checks
+// them as Parse would, and leaves them as they were.
+func TestValidateChangesNothing(t *testing.T) {
+	g := NewWithT(t)
+	o := Defaults()
+	o.RootSecret = types.NamespacedName{Namespace: "ns", Name: "root"}
+	o.GatewaySecret = types.NamespacedName{Namespace: "ns", Name: "gw"}
+	before := o
+	g.Expect(o.Validate()).To(Succeed())
+	g.Expect(o).To(Equal(before))
+	o.GatewaySecret = o.RootSecret
+	g.Expect(o.Validate()).To(MatchError(ContainSubstring("--gateway-secret must differ from --root-secret")))
+	o.GatewaySecret = types.NamespacedName{Namespace: "Not_OK", Name: "gw"}
+	g.Expect(o.Validate()).To(MatchError(ContainSubstring(`namespace "Not_OK"`)))
+}
+
+// TestStatusSharesTheMainCommandsChecks: `dualca status` parses and
+// checks the flags both commands take as the main command does.
+func TestStatusSharesTheMainCommandsChecks(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+		check   func(g *WithT, s Status)
+	}{
+		"the root is optional, clients default to the gateway's namespace": {
+			args: []string{"--gateway-secret=agents/gw", "--client-selector=app=agent"},
+			check: func(g *WithT, s Status) {
+				g.Expect(s.RootSecret.Name).To(BeEmpty())
+				g.Expect(s.ClientNamespaces).To(Equal([]string{"agents"}))
+				g.Expect(s.StalledAfter).To(Equal(time.Hour))
+				g.Expect(s.Output).To(Equal("text"))
+			},
+		},
+		"namespaces are trimmed and taken once": {
+			args:  []string{"--gateway-secret=agents/gw", "--client-selector=app=agent", "--client-namespaces=a, b,a"},
+			check: func(g *WithT, s Status) { g.Expect(s.ClientNamespaces).To(Equal([]string{"a", "b"})) },
+		},
+		"an invalid client namespace is named": {
+			args: []string{"--gateway-secret=agents/gw", "--client-selector=app=agent", "--client-namespaces=ok,Not_OK"}, wantErr: `namespace "Not_OK"`},
+		"a selector that selects everything is refused": {
+			args: []string{"--gateway-secret=agents/gw", "--client-selector= "}, wantErr: "selects everything"},
+		"the gateway is the root": {
+			args: []string{"--gateway-secret=ns/a", "--root-secret=ns/a"}, wantErr: "--gateway-secret must differ from --root-secret"},
+		"a malformed root is named once": {
+			args: []string{"--root-secret=nonsense"}, wantErr: `--root-secret="nonsense": want NAMESPACE/NAME`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			s, err := ParseStatus("dualca status", tc.args)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			tc.check(g, s)
+		})
+	}
+}
+
+func TestAMalformedKeyIsNotAlsoMissing(t *testing.T) {
+	g := NewWithT(t)
+	_, err := Parse("dualca", []string{"--root-secret=nonsense", "--gateway-secret=ns/gw", "--poll-interval=0s"})
+	g.Expect(err).To(MatchError(And(
+		ContainSubstring(`--root-secret="nonsense": want NAMESPACE/NAME`),
+		ContainSubstring("--poll-interval must be positive"),
+		Not(ContainSubstring("--root-secret is required")))))
 }

@@ -6,10 +6,14 @@
 // off at that moment, and its mounted Secret is missing until re-issued;
 // that downtime is the behaviour being reproduced.
 //
+// Plan decides the gateway Secret; Strategy is what the syncer runs: Plan,
+// and the deletion of the due clients' Secrets.
+//
 // It exists only as the revert path of --cert-management-legacy, so that a
 // problem with the zero-downtime strategy can be undone by flipping one flag.
 // When no installation needs that revert any more, this package and the flag
-// can be deleted; nothing else depends on its internals.
+// can be deleted, with the one place in the syncer that chooses it; nothing
+// else depends on its internals.
 package legacy
 
 import (
@@ -40,14 +44,14 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.T
 		var p bundle.Progress
 		for _, c := range clients.Items {
 			switch {
-			case c.Leaf != nil && bundle.ChainsTo(c.Leaf, root.Cert):
+			case c.Leaf != nil && clients.Signatures.ChainsTo(c.Leaf, root.Cert):
 				p.Renewed++
 			case c.Failed:
 				p.Failed++
 			default:
 				p.Pending++
 			}
-			if c.Leaf != nil && !bundle.ChainsTo(c.Leaf, root.Cert) {
+			if c.Leaf != nil && !clients.Signatures.ChainsTo(c.Leaf, root.Cert) {
 				d.Renew = append(d.Renew, c.Name)
 			}
 		}

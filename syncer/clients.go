@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,28 +44,22 @@ func mustRequirement(key string, op selection.Operator) labels.Requirement {
 	return *r
 }
 
-// newClientCache returns the cache of the selected Certificates and of the
-// client Secrets.
-func newClientCache(mgr ctrl.Manager, cfg Config) (cache.Cache, error) {
+// clientCacheOptions say what the cache of the selected Certificates and of
+// the client Secrets holds: those in the client namespaces, by label, and
+// of the Secrets only their certificates.
+func clientCacheOptions(o Options) cache.Options {
 	namespaces := map[string]cache.Config{}
-	for _, ns := range cfg.ClientNamespaces {
+	for _, ns := range o.ClientNamespaces {
 		namespaces[ns] = cache.Config{}
 	}
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		HTTPClient:        mgr.GetHTTPClient(),
-		Scheme:            mgr.GetScheme(),
-		Mapper:            mgr.GetRESTMapper(),
+	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cmapi.Certificate{}: {Label: cfg.ClientSelector},
+			&cmapi.Certificate{}: {Label: o.ClientSelector},
 			&corev1.Secret{}:     {Label: clientSecretSelector, Transform: publicPartsOnly},
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the client cache: %w", err)
 	}
-	return c, nil
 }
 
 // publicPartsOnly drops everything of a client Secret but its certificates.
@@ -96,10 +89,13 @@ type clientView struct {
 
 // clientTracker reads the selected clients from the cache and remembers the
 // certificates it parsed, by Secret content, so a reconcile over thousands
-// of clients parses only what changed.
+// of clients parses only what changed; it also keeps the signature checks
+// the decisions make over its clients, which it hands them in Clients.
 type clientTracker struct {
-	reader client.Reader
-	cfg    Config
+	reader     client.Reader
+	selector   labels.Selector
+	namespaces []string
+	signatures *bundle.Signatures
 
 	mu     sync.Mutex
 	parsed map[types.UID]parsedSecret
@@ -115,15 +111,15 @@ type parsedSecret struct {
 // read returns what the decision needs to know of the selected clients, and
 // the objects behind them by name (NAMESPACE/NAME of the Certificate).
 func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
-	out := bundle.Clients{Tracked: true}
+	out := bundle.Clients{Tracked: true, Signatures: t.signatures}
 	views := map[string]clientView{}
 	seen := map[types.UID]bool{}
-	for _, ns := range t.cfg.ClientNamespaces {
+	for _, ns := range t.namespaces {
 		// Both lists come straight from the cache, without the deep copy of
 		// every object: this runs at every client event of a fan-out over
 		// thousands of clients, and nothing here modifies what it reads.
 		var list cmapi.CertificateList
-		if err := t.reader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.cfg.ClientSelector},
+		if err := t.reader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.selector},
 			client.UnsafeDisableDeepCopy); err != nil {
 			return out, nil, fmt.Errorf("listing client certificates in %s: %w", ns, err)
 		}

@@ -7,38 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/flags"
 )
-
-// Config is what the syncer runs with: the command-line options and the
-// knobs only tests turn.
-type Config struct {
-	flags.Options
-	// Clock is dualca's clock; tests replace it to jump time.
-	Clock clock.PassiveClock
-	// DisableWatches leaves only the start-up reconcile and the poll, to
-	// prove the poll alone keeps the gateway in step.
-	DisableWatches bool
-	// Logger is the manager's logger.
-	Logger logr.Logger
-}
 
 // Scheme knows the built-in types and cert-manager's.
 func Scheme() (*runtime.Scheme, error) {
@@ -53,27 +37,55 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // NewManager builds a manager running the reconciler with its health and
-// metrics endpoints. Start it with mgr.Start(ctx).
-func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
+// metrics endpoints, and logs what it will run. Start it with mgr.Start(ctx).
+func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := o.complete(); err != nil {
+		return nil, err
 	}
+	mgr, err := newControllerManager(restCfg, o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCaches(mgr, o)
+	if err != nil {
+		return nil, err
+	}
+	r := newReconciler(mgr, o, c)
+	if r.renewer != nil {
+		if err := mgr.Add(r.renewer); err != nil {
+			return nil, fmt.Errorf("adding the renewer: %w", err)
+		}
+	}
+	if err := r.SetupWithManager(mgr, c, !o.DisableWatches); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if o.LeaderElect {
+		r.ready.elected = mgr.Elected()
+	}
+	if err := mgr.AddReadyzCheck("synced", r.ready.check); err != nil {
+		return nil, err
+	}
+	o.Logger.Info("starting", "root", o.RootSecret, "gateway", o.GatewaySecret,
+		"strategy", r.strategy.Name(), "pollInterval", o.PollInterval)
+	return mgr, nil
+}
+
+func newControllerManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
-		return nil, nil, fmt.Errorf("building scheme: %w", err)
-	}
-	electionNS := cfg.LeaderElectionNamespace
-	if electionNS == "" {
-		electionNS = cfg.GatewaySecret.Namespace
+		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
-		Logger:                        cfg.Logger,
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsBindAddress},
-		HealthProbeBindAddress:        cfg.HealthProbeBindAddress,
-		LeaderElection:                cfg.LeaderElect,
-		LeaderElectionID:              "dualca-" + cfg.GatewaySecret.Name,
-		LeaderElectionNamespace:       electionNS,
+		Logger:                        o.Logger,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              "dualca-" + o.GatewaySecret.Name,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		// One controller per process in production; tests run several
 		// managers in one process, which the name check would refuse.
@@ -84,50 +96,57 @@ func NewManager(restCfg *rest.Config, cfg Config) (ctrl.Manager, *Reconciler, er
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	registerMetrics()
-	strategyInfo.Reset()
-	strategyInfo.WithLabelValues(strategyName(cfg.Legacy)).Set(1)
+	return mgr, nil
+}
+
+// newReconciler builds the reconciler and its collaborators, choosing the
+// strategy once for the life of the process.
+func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
+	var certs client.Reader // the client cache, when clients are tracked
+	if c.clients != nil {
+		certs = c.clients
+	}
+	strategy := newStrategy(o, mgr.GetAPIReader(), certs, mgr.GetClient())
+	o.Metrics.strategy(strategy.Name())
+	store := &gatewayStore{rootKey: o.RootSecret, gatewayKey: o.GatewaySecret, api: mgr.GetAPIReader(),
+		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval}
+	if !o.DisableWatches {
+		// Reconciles between polls read these caches (gatewayStore.source).
+		store.rootCache, store.gatewayCache = c.root, c.gateway
+	}
 	r := &Reconciler{
-		cfg:      cfg,
-		reader:   mgr.GetAPIReader(),
-		writer:   mgr.GetClient(),
-		recorder: mgr.GetEventRecorder("dualca"),
+		store:    store,
+		strategy: strategy,
+		report: &reporter{recorder: mgr.GetEventRecorder("dualca"), metrics: o.Metrics, strategy: strategy,
+			rootKey: o.RootSecret, qps: o.RenewalQPS, gateway: store.current, roots: rootWatch{metrics: o.Metrics}},
+		ready: &readiness{},
+		clock: o.Clock,
+		poll:  o.PollInterval,
+		key:   o.GatewaySecret,
 	}
-	if cfg.ClientSelector != nil {
-		r.renewer = newRenewer(mgr.GetClient(), mgr.GetAPIReader(), cfg)
-		if err := mgr.Add(r.renewer); err != nil {
-			return nil, nil, fmt.Errorf("adding the renewer: %w", err)
-		}
+	if c.clients != nil {
+		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces,
+			signatures: bundle.NewSignatures()}
+		r.renewer = newRenewer(strategy, o)
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, nil, err
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, nil, err
-	}
-	if cfg.LeaderElect {
-		r.elected = mgr.Elected()
-	}
-	if err := mgr.AddReadyzCheck("synced", r.readyz); err != nil {
-		return nil, nil, err
-	}
-	return mgr, r, nil
+	return r
 }
 
-func strategyName(legacy bool) string {
-	if legacy {
-		return bundle.StrategyLegacy
-	}
-	return bundle.StrategyZeroDowntime
+// readiness reports ready once the gateway has been brought in sync at
+// least once. A standby replica (leader election on, not elected) is ready
+// too: it has nothing to sync until it leads, and a rolling update must not
+// wait for it.
+type readiness struct {
+	inSync atomic.Bool
+	// elected is closed once this replica leads; nil without leader election.
+	elected <-chan struct{}
 }
 
-// readyz reports ready once the gateway has been brought in sync at least
-// once. A standby replica (leader election on, not elected) is ready too:
-// it has nothing to sync until it leads, and a rolling update must not wait
-// for it.
-func (r *Reconciler) readyz(*http.Request) error {
+func (r *readiness) synced() { r.inSync.Store(true) }
+
+func (r *readiness) check(*http.Request) error {
 	if r.elected != nil {
 		select {
 		case <-r.elected:
@@ -135,23 +154,8 @@ func (r *Reconciler) readyz(*http.Request) error {
 			return nil
 		}
 	}
-	if !r.synced.Load() {
+	if !r.inSync.Load() {
 		return errors.New("gateway secret not in sync yet")
 	}
 	return nil
 }
-
-// Reconciles counts the reconciles that completed without error.
-func (r *Reconciler) Reconciles() int64 { return r.reconciles.Load() }
-
-// Renewals returns the client renewals acted on so far, by result
-// ("triggered", "skipped", "failed"); nil when clients are not tracked.
-func (r *Reconciler) Renewals() map[string]int {
-	if r.renewer == nil {
-		return nil
-	}
-	return r.renewer.counts()
-}
-
-// Caches returns the single-object caches, so tests can show what they hold.
-func (r *Reconciler) Caches() []cache.Cache { return r.caches }

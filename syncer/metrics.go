@@ -1,99 +1,169 @@
 package syncer
 
 import (
-	"crypto/x509"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/legacy"
 )
 
-// Metrics, on controller-runtime's registry, so the manager's metrics
-// endpoint serves them. docs/metrics.md describes each one. Labels stay few:
-// roots are named by a fingerprint prefix, never by certificate material,
-// and nothing is labelled per client.
-var (
-	serverExpiry = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "dualca_server_certificate_expiry_timestamp_seconds",
-		Help: "When the certificate the gateway presents (tls.crt) expires, in Unix seconds.",
-	})
-	rootExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dualca_root_expiry_timestamp_seconds",
-		Help: "When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.",
-	}, []string{"root", "role"})
-	rootClients = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dualca_root_clients",
-		Help: "Selected clients whose unexpired leaf chains to each root in the bundle.",
-	}, []string{"root"})
-	bundleRoots = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "dualca_bundle_roots",
-		Help: "Roots in the gateway's trust bundle (ca.crt).",
-	})
-	phase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dualca_phase",
-		Help: "1 for the rotation phase the gateway Secret records (Legacy for the legacy strategy), 0 for the others.",
-	}, []string{"phase"})
-	rotationLag = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "dualca_rotation_lag_seconds",
-		Help: "0 while the gateway Secret reflects the current root, else the seconds since dualca first saw that root.",
-	})
-	propagation = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "dualca_propagation_seconds",
-		Help:    "Time from dualca first seeing a new root to the gateway Secret written with it.",
-		Buckets: prometheus.ExponentialBuckets(0.002, 2, 15), // 2 ms to 33 s
-	})
-	clientsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dualca_clients",
-		Help: "Selected clients by state during a rotation: renewed (on the current root), pending, failed.",
-	}, []string{"state"})
-	renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "dualca_renewals_total",
-		Help: "Client renewals acted on, by strategy, method (issuing-condition, secret-deletion) and result (triggered, skipped, failed).",
-	}, []string{"strategy", "method", "result"})
-	rootValid = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "dualca_root_valid",
-		Help: "1 when the root Secret holds a usable root, 0 when it is missing or invalid.",
-	})
-	strategyInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "dualca_strategy_info",
-		Help: "The active strategy: always 1, with the strategy as a label.",
-	}, []string{"strategy"})
-	syncErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "dualca_sync_errors_total",
-		Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error.",
-	}, []string{"reason"})
-	switchesForced = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dualca_server_switch_forced_total",
-		Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken.",
-	})
-	lastSync = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "dualca_last_sync_timestamp_seconds",
-		Help: "When the gateway Secret was last found or made in sync with the root, in Unix seconds.",
-	})
-)
-
-var registerOnce sync.Once
-
-func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(serverExpiry, rootExpiry, rootClients, bundleRoots, phase, rotationLag,
-			propagation, clientsByState, renewals, rootValid, strategyInfo, syncErrors, switchesForced, lastSync)
-	})
+// Metrics are dualca's Prometheus metrics; docs/metrics.md describes each
+// one. Labels stay few: roots are named by a fingerprint prefix, never by
+// certificate material, and nothing is labelled per client.
+//
+// A Metrics is a prometheus.Collector. The binary registers the one it
+// runs with on controller-runtime's metrics.Registry, which the manager's
+// metrics endpoint serves and where controller-runtime's own metrics are;
+// a process registers one Metrics there. A test that runs several managers
+// in one process gives each its own Metrics and reads it through a registry
+// of its own, so no two managers move the same gauge.
+type Metrics struct {
+	serverExpiry   prometheus.Gauge
+	rootExpiry     *prometheus.GaugeVec
+	rootClients    *prometheus.GaugeVec
+	bundleRoots    prometheus.Gauge
+	phase          *prometheus.GaugeVec
+	rotationLag    prometheus.Gauge
+	propagation    prometheus.Histogram
+	clientsByState *prometheus.GaugeVec
+	renewals       *prometheus.CounterVec
+	rootValid      prometheus.Gauge
+	strategyInfo   *prometheus.GaugeVec
+	syncErrors     *prometheus.CounterVec
+	switchesForced prometheus.Counter
+	lastSync       prometheus.Gauge
 }
 
-// Phase label of the legacy strategy, which has no rotation phases.
-const phaseLegacy = "Legacy"
+// NewMetrics returns metrics at their zero values, registered nowhere.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		serverExpiry: gauge("dualca_server_certificate_expiry_timestamp_seconds",
+			"When the certificate the gateway presents (tls.crt) expires, in Unix seconds."),
+		rootExpiry: gaugeVec("dualca_root_expiry_timestamp_seconds",
+			"When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.", "root", "role"),
+		rootClients: gaugeVec("dualca_root_clients",
+			"Selected clients whose unexpired leaf chains to each root in the bundle.", "root"),
+		bundleRoots: gauge("dualca_bundle_roots", "Roots in the gateway's trust bundle (ca.crt)."),
+		phase: gaugeVec("dualca_phase",
+			"1 for the rotation phase the gateway Secret records (Legacy for the legacy strategy), 0 for the others.", "phase"),
+		rotationLag: gauge("dualca_rotation_lag_seconds",
+			"0 while the gateway Secret reflects the current root, else the seconds since dualca first saw that root."),
+		propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dualca_propagation_seconds",
+			Help:    "Time from dualca first seeing a new root to the gateway Secret written with it.",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 15), // 2 ms to 33 s
+		}),
+		clientsByState: gaugeVec("dualca_clients",
+			"Selected clients by state during a rotation: renewed (on the current root), pending, failed.", "state"),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_renewals_total",
+			Help: "Client renewals acted on, by strategy, method (issuing-condition, secret-deletion) and result (triggered, skipped, failed)."},
+			[]string{"strategy", "method", "result"}),
+		rootValid: gauge("dualca_root_valid", "1 when the root Secret holds a usable root, 0 when it is missing or invalid."),
+		strategyInfo: gaugeVec("dualca_strategy_info",
+			"The active strategy: always 1, with the strategy as a label.", "strategy"),
+		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_sync_errors_total",
+			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error."}, []string{"reason"}),
+		switchesForced: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_server_switch_forced_total",
+			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
+		lastSync: gauge("dualca_last_sync_timestamp_seconds",
+			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
+	}
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
+		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync}
+}
+
+// Describe sends the descriptions of every metric, for prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect sends the current value of every metric, for prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
 
 // allPhases are set to 0 or 1 together, so a query sees every phase.
-var allPhases = []string{string(bundle.PhaseBundle), string(bundle.PhaseRenewing), string(bundle.PhaseRetiring), string(bundle.PhaseSteady), phaseLegacy}
+var allPhases = []string{string(bundle.PhaseBundle), string(bundle.PhaseRenewing), string(bundle.PhaseRetiring), string(bundle.PhaseSteady), legacy.Phase}
+
+// strategy records the strategy the process runs.
+func (m *Metrics) strategy(name string) {
+	m.strategyInfo.Reset()
+	m.strategyInfo.WithLabelValues(name).Set(1)
+}
+
+// decision sets the gauges that describe the gateway Secret as just
+// written (or found already right); phase is its phase label.
+func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clients, now time.Time) {
+	for _, name := range allPhases {
+		v := 0.0
+		if name == phase {
+			v = 1
+		}
+		m.phase.WithLabelValues(name).Set(v)
+	}
+	if chain, err := bundle.ParseCertificates("tls.crt", d.CertPEM); err == nil {
+		m.serverExpiry.Set(float64(chain[0].NotAfter.Unix()))
+	}
+	roots, err := bundle.ParseCertificates("ca.crt", d.CAPEM)
+	if err != nil {
+		roots = nil
+	}
+	m.bundleRoots.Set(float64(len(roots)))
+	m.rootExpiry.Reset()
+	m.rootClients.Reset()
+	for _, r := range roots {
+		fp := bundle.Fingerprint(r)
+		m.rootExpiry.WithLabelValues(bundle.Short(fp), rootRole(fp, d.State)).Set(float64(r.NotAfter.Unix()))
+		if clients.Tracked {
+			m.rootClients.WithLabelValues(bundle.Short(fp)).Set(float64(clients.Using(r, now)))
+		}
+	}
+	if d.State.Clients != nil {
+		m.clientsByState.WithLabelValues("renewed").Set(float64(d.State.Clients.Renewed))
+		m.clientsByState.WithLabelValues("pending").Set(float64(d.State.Clients.Pending))
+		m.clientsByState.WithLabelValues("failed").Set(float64(d.State.Clients.Failed))
+	}
+	for _, e := range d.Events {
+		if e.Reason == bundle.ReasonServerSwitchForced {
+			m.switchesForced.Inc()
+		}
+	}
+	m.lastSync.Set(float64(now.Unix()))
+}
+
+func rootRole(fp string, st bundle.State) string {
+	switch fp {
+	case st.Root:
+		return "current"
+	case st.Server:
+		return "server"
+	}
+	return "previous"
+}
 
 // rootWatch remembers when dualca first saw each root, for the lag and the
 // propagation time. A process that starts sees the current root for the
 // first time at start: its own start-up is what it measures then.
 type rootWatch struct {
+	metrics  *Metrics
 	mu       sync.Mutex
 	seen     map[string]time.Time
 	observed map[string]bool
@@ -121,76 +191,12 @@ func (w *rootWatch) reflected(fp string, now time.Time) {
 	w.observed[fp] = true
 	w.mu.Unlock()
 	if first {
-		propagation.Observe(now.Sub(since).Seconds())
+		w.metrics.propagation.Observe(now.Sub(since).Seconds())
 	}
-	rotationLag.Set(0)
+	w.metrics.rotationLag.Set(0)
 }
 
 // behind records that the gateway does not reflect fp yet.
 func (w *rootWatch) behind(fp string, now time.Time) {
-	rotationLag.Set(now.Sub(w.saw(fp, now)).Seconds())
-}
-
-// recordDecision sets the gauges that describe the gateway Secret as just
-// written (or found already right).
-func recordDecision(d bundle.Decision, clients bundle.Clients, legacy bool, now time.Time) {
-	p := string(d.State.Phase)
-	if legacy {
-		p = phaseLegacy
-	}
-	for _, name := range allPhases {
-		v := 0.0
-		if name == p {
-			v = 1
-		}
-		phase.WithLabelValues(name).Set(v)
-	}
-	if chain, err := bundle.ParseCertificates("tls.crt", d.CertPEM); err == nil {
-		serverExpiry.Set(float64(chain[0].NotAfter.Unix()))
-	}
-	roots, err := bundle.ParseCertificates("ca.crt", d.CAPEM)
-	if err != nil {
-		roots = nil
-	}
-	bundleRoots.Set(float64(len(roots)))
-	rootExpiry.Reset()
-	rootClients.Reset()
-	for _, r := range roots {
-		fp := bundle.Fingerprint(r)
-		rootExpiry.WithLabelValues(bundle.Short(fp), rootRole(fp, d.State)).Set(float64(r.NotAfter.Unix()))
-		if clients.Tracked {
-			rootClients.WithLabelValues(bundle.Short(fp)).Set(float64(using(clients, r, now)))
-		}
-	}
-	if d.State.Clients != nil {
-		clientsByState.WithLabelValues("renewed").Set(float64(d.State.Clients.Renewed))
-		clientsByState.WithLabelValues("pending").Set(float64(d.State.Clients.Pending))
-		clientsByState.WithLabelValues("failed").Set(float64(d.State.Clients.Failed))
-	}
-	for _, e := range d.Events {
-		if e.Reason == bundle.ReasonServerSwitchForced {
-			switchesForced.Inc()
-		}
-	}
-	lastSync.Set(float64(now.Unix()))
-}
-
-func rootRole(fp string, st bundle.State) string {
-	switch fp {
-	case st.Root:
-		return "current"
-	case st.Server:
-		return "server"
-	}
-	return "previous"
-}
-
-func using(clients bundle.Clients, root *x509.Certificate, now time.Time) int {
-	n := 0
-	for _, c := range clients.Items {
-		if c.Uses(root, now) {
-			n++
-		}
-	}
-	return n
+	w.metrics.rotationLag.Set(now.Sub(w.saw(fp, now)).Seconds())
 }

@@ -2,24 +2,16 @@ package syncer
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/dualca/dualca/bundle"
 )
 
 // Renewal.
@@ -29,9 +21,9 @@ import (
 // --renewal-burst) with jitter, so ten thousand clients do not stampede the
 // API server or the issuer. A client that keeps failing is retried with
 // exponential backoff, up to the poll interval. The action is the
-// strategy's: zero-downtime sets cert-manager's Issuing condition (what
-// `cmctl renew` does) and never deletes anything; legacy deletes the
-// client's Secret, as the behaviour it reproduces did.
+// strategy's (Strategy.Renew): zero-downtime sets cert-manager's Issuing
+// condition (what `cmctl renew` does) and never deletes anything; legacy
+// deletes the client's Secret, as the behaviour it reproduces did.
 
 // Renewal results, for logs and metrics.
 const (
@@ -43,15 +35,11 @@ const (
 // renewer is a manager Runnable that works through the clients due for
 // renewal. Only the leader runs it.
 type renewer struct {
-	queue  workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	writer client.Client
-	reader client.Reader // uncached: a renewal acts on what is, not on a cache
-	// cache is the client cache, for a first attempt (see triggerIssuance);
-	// nil until the watches are set up.
-	cache  client.Reader
-	legacy bool
-	now    func() time.Time
-	logger logr.Logger
+	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	strategy Strategy
+	metrics  *Metrics
+	now      func() time.Time
+	logger   logr.Logger
 
 	mu sync.Mutex
 	// queued are the clients in the queue and not yet taken by the worker:
@@ -69,8 +57,6 @@ type renewer struct {
 	// of them is older than the action, and queueing them again would spend
 	// a token of the bucket on a client that needs nothing.
 	acted map[types.NamespacedName]time.Time
-	// result counts renewals by result, for tests and metrics.
-	results map[string]int
 }
 
 // actedFor bounds how long a client acted on is left alone while it still
@@ -80,10 +66,9 @@ const actedFor = 30 * time.Second
 
 // dueClient is what the decision knew of a client due for renewal.
 type dueClient struct {
-	secret       types.NamespacedName
-	secretUID    types.UID
-	secretRV     string
-	hasSecret    bool
+	// secret is the client's Secret as seen, its identity only; nil when
+	// it had none.
+	secret       *metav1.ObjectMeta
 	failedBefore bool
 }
 
@@ -115,20 +100,18 @@ func (j *jitter[T]) When(item T) time.Duration {
 	return d
 }
 
-func newRenewer(writer client.Client, reader client.Reader, cfg Config) *renewer {
+func newRenewer(strategy Strategy, o Options) *renewer {
 	return &renewer{
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			renewalRateLimiter(cfg.RenewalQPS, cfg.RenewalBurst, cfg.PollInterval),
+			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
-		writer:  writer,
-		reader:  reader,
-		legacy:  cfg.Legacy,
-		logger:  cfg.Logger,
-		now:     cfg.Clock.Now,
-		queued:  map[types.NamespacedName]bool{},
-		backoff: map[types.NamespacedName]bool{},
-		acted:   map[types.NamespacedName]time.Time{},
-		results: map[string]int{},
+		strategy: strategy,
+		metrics:  o.Metrics,
+		logger:   o.Logger,
+		now:      o.Clock.Now,
+		queued:   map[types.NamespacedName]bool{},
+		backoff:  map[types.NamespacedName]bool{},
+		acted:    map[types.NamespacedName]time.Time{},
 	}
 }
 
@@ -196,106 +179,40 @@ func (w *renewer) next(ctx context.Context) bool {
 	// between, whose view is older than the action, does not queue it again.
 	d, due := w.due[key]
 	w.mu.Unlock()
-	log := logf.FromContext(ctx).WithValues("client", key.String())
 
-	result, err := renewalSkipped, error(nil)
+	acted, err := false, error(nil)
 	if due {
-		if w.legacy {
-			result, err = w.deleteSecret(ctx, d)
-		} else {
-			result, err = w.triggerIssuance(ctx, key)
-		}
+		acted, err = w.strategy.Renew(ctx, key, d.secret)
 	}
-	w.mu.Lock()
-	delete(w.queued, key)
-	switch {
-	case err != nil:
-		result = renewalFailed
-		w.queued[key] = true
-		w.queue.AddRateLimited(key)
-	case result == renewalTriggered:
-		w.acted[key] = w.now()
-	}
-	w.results[result]++
-	w.mu.Unlock()
-	switch {
-	case err != nil:
+	result := w.settle(key, acted, err)
+	log := logf.FromContext(ctx).WithValues("client", key.String())
+	switch result {
+	case renewalFailed:
 		log.Error(err, "client renewal failed; retrying with backoff")
-	case result == renewalTriggered:
-		log.V(1).Info("client renewal triggered", "legacy", w.legacy)
+	case renewalTriggered:
+		log.V(1).Info("client renewal triggered", "strategy", w.strategy.Name())
 	default:
 		log.V(1).Info("client renewal skipped", "due", due)
 	}
-	strategy, method := bundle.StrategyZeroDowntime, "issuing-condition"
-	if w.legacy {
-		strategy, method = bundle.StrategyLegacy, "secret-deletion"
-	}
-	renewals.WithLabelValues(strategy, method, result).Inc()
+	w.metrics.renewals.WithLabelValues(w.strategy.Name(), w.strategy.RenewalMethod(), result).Inc()
 	return true
 }
 
-// triggerIssuance sets Issuing=True on the client's Certificate unless
-// cert-manager is already issuing it. The first attempt starts from the
-// cached Certificate: the update carries its resourceVersion, so a cache
-// behind the API server only costs a conflict, after which the Certificate
-// is read fresh. That is one request per client instead of two.
-func (w *renewer) triggerIssuance(ctx context.Context, key types.NamespacedName) (string, error) {
-	result := renewalSkipped
-	from := w.cache
-	if from == nil {
-		from = w.reader
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		crt := &cmapi.Certificate{}
-		reader := from
-		from = w.reader
-		if err := reader.Get(ctx, key, crt); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
-		}
-		if issuing(crt) {
-			return nil // in flight: re-triggering would only restart it
-		}
-		setIssuing(crt, "ManuallyTriggered", "Re-issuance triggered by dualca: the CA root rotated", w.now())
-		if err := w.writer.Status().Update(ctx, crt); err != nil {
-			return err
-		}
-		result = renewalTriggered
-		return nil
-	})
-	if err != nil {
-		return renewalFailed, fmt.Errorf("setting Issuing on certificate %s: %w", key, err)
-	}
-	return result, nil
-}
-
-// deleteSecret is the legacy action: delete the client's Secret as it was
-// when found due, so cert-manager re-issues it. The preconditions make it a
-// no-op if cert-manager replaced the Secret meanwhile.
-func (w *renewer) deleteSecret(ctx context.Context, d dueClient) (string, error) {
-	if !d.hasSecret {
-		return renewalSkipped, nil
-	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.secret.Namespace, Name: d.secret.Name}}
-	err := w.writer.Delete(ctx, s, client.Preconditions{UID: &d.secretUID, ResourceVersion: &d.secretRV})
-	switch {
-	case err == nil:
-		return renewalTriggered, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return renewalSkipped, nil
-	}
-	return renewalFailed, fmt.Errorf("deleting client secret %s: %w", d.secret, err)
-}
-
-// counts returns the renewals by result so far.
-func (w *renewer) counts() map[string]int {
+// settle records what became of a client taken from the queue: a failure
+// is queued again with backoff, an action is remembered. It returns the
+// result, for logs and metrics.
+func (w *renewer) settle(key types.NamespacedName, acted bool, err error) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.results))
-	for k, v := range w.results {
-		out[k] = v
+	delete(w.queued, key)
+	switch {
+	case err != nil:
+		w.queued[key] = true
+		w.queue.AddRateLimited(key)
+		return renewalFailed
+	case acted:
+		w.acted[key] = w.now()
+		return renewalTriggered
 	}
-	return out
+	return renewalSkipped
 }

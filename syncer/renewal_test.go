@@ -13,8 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-
-	"github.com/dualca/dualca/flags"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // TestRenewalRateLimiterPacesAndBacksOff checks the delays the renewal queue
@@ -58,7 +57,7 @@ func TestRenewalRateLimiterPacesAndBacksOff(t *testing.T) {
 func TestRenewerQueuesEachDueClientOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	w := newRenewer(nil, nil, Config{Options: testOptions(), Clock: clock.RealClock{}})
+	w := newRenewer(&zeroDowntime{}, testOptions())
 	defer w.queue.ShutDown()
 	a, b, c := key("a"), key("b"), key("c")
 
@@ -85,7 +84,7 @@ func TestRenewerLeavesAClientActedOnAlone(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Now()
 	fake := &fakeNow{t: now}
-	w := newRenewer(nil, nil, Config{Options: testOptions(), Clock: clock.RealClock{}})
+	w := newRenewer(&zeroDowntime{}, testOptions())
 	w.now = fake.now
 	defer w.queue.ShutDown()
 	a := key("a")
@@ -139,9 +138,9 @@ func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
 	due, inFlight := dueClients([]string{"ns/busy", "ns/due", "ns/failed", "ns/missing", "ns/gone"}, views)
 	g.Expect(inFlight).To(Equal(map[types.NamespacedName]bool{key("busy"): true}))
 	g.Expect(due).To(HaveLen(3))
-	g.Expect(due[key("due")]).To(Equal(dueClient{secret: key("due-tls"), hasSecret: true, secretUID: "uid-due", secretRV: "7"}))
+	g.Expect(due[key("due")]).To(Equal(dueClient{secret: &metav1.ObjectMeta{Namespace: "ns", Name: "due-tls", UID: "uid-due", ResourceVersion: "7"}}))
 	g.Expect(due[key("failed")].failedBefore).To(BeTrue())
-	g.Expect(due[key("missing")].hasSecret).To(BeFalse(), "the legacy strategy has nothing to delete")
+	g.Expect(due[key("missing")].secret).To(BeNil(), "the legacy strategy has nothing to delete")
 	g.Expect(failed(views["ns/failed"].cert)).To(BeTrue())
 	g.Expect(failed(views["ns/busy"].cert)).To(BeFalse(), "a failed client being issued again is in flight, not failed")
 }
@@ -162,12 +161,40 @@ func TestClientSecretsAreKeptWithoutTheirKey(t *testing.T) {
 	g.Expect(kept.ManagedFields).To(BeNil())
 }
 
+// TestTheClientCacheHoldsNoKey: the client cache keeps the selected
+// Certificates, by their label, and of the Secrets cert-manager wrote only
+// their certificates.
+func TestTheClientCacheHoldsNoKey(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	o := testOptions()
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(labels.Set{"app": "agent"}), []string{"agents", "edge"}
+	opts := clientCacheOptions(o)
+	g.Expect(opts.DefaultNamespaces).To(HaveLen(2))
+	g.Expect(opts.DefaultNamespaces).To(HaveKey("agents"))
+	g.Expect(opts.DefaultNamespaces).To(HaveKey("edge"))
+	var certs, secrets cache.ByObject
+	for obj, by := range opts.ByObject {
+		switch obj.(type) {
+		case *cmapi.Certificate:
+			certs = by
+		case *corev1.Secret:
+			secrets = by
+		default:
+			t.Errorf("the client cache holds %T", obj)
+		}
+	}
+	g.Expect(certs.Label).To(Equal(o.ClientSelector))
+	g.Expect(secrets.Label).To(Equal(clientSecretSelector))
+	out, err := secrets.Transform(&corev1.Secret{Data: map[string][]byte{"tls.crt": []byte("crt"), "tls.key": []byte("key"), "ca.crt": []byte("ca")}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*corev1.Secret).Data).NotTo(HaveKey("tls.key"), "no client private key is held")
+}
+
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
 
-func testOptions() flags.Options {
-	o := flags.Defaults()
-	o.RenewalQPS, o.RenewalBurst = 10, 3
-	return o
+func testOptions() Options {
+	return Options{RenewalQPS: 10, RenewalBurst: 3, PollInterval: 5 * time.Minute, Metrics: NewMetrics(), Clock: clock.RealClock{}}
 }
 
 func TestClientSecretSelector(t *testing.T) {

@@ -92,36 +92,11 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 	if r.Strategy == "" {
 		r.Attention = append(r.Attention, "the gateway secret carries no dualca strategy annotation: not written by dualca yet")
 	}
-
 	if o.RootSecret.Name != "" {
-		r.Root = &RootStatus{Secret: o.RootSecret.String()}
-		s := &corev1.Secret{}
-		err := c.Get(ctx, o.RootSecret, s)
-		switch {
-		case apierrors.IsNotFound(err):
-			r.Root.Reason = "root secret not found"
-		case err != nil:
-			return nil, fmt.Errorf("reading root secret %s: %w", o.RootSecret, err)
-		default:
-			root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
-			var invalid *bundle.InvalidError
-			switch {
-			case errors.As(err, &invalid):
-				r.Root.Reason = invalid.Error()
-			case err != nil:
-				r.Root.Reason = err.Error()
-			default:
-				r.Root.Valid, r.Root.Fingerprint = true, bundle.Short(root.Fingerprint)
-				if root.Fingerprint != st.Root {
-					r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
-				}
-			}
-		}
-		if !r.Root.Valid {
-			r.Attention = append(r.Attention, "invalid root: "+r.Root.Reason)
+		if err := r.readRoot(ctx, c, o.RootSecret, st, now); err != nil {
+			return nil, err
 		}
 	}
-
 	var clients *bundle.Clients
 	if o.ClientSelector != nil {
 		cs, err := ReadClients(ctx, c, o.ClientSelector, o.ClientNamespaces)
@@ -130,13 +105,52 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		}
 		clients = &cs
 	}
+	r.addRoots(gw, st, clients, now)
+	r.addClientAttention(st, o.StalledAfter, now)
+	return r, nil
+}
+
+// readRoot reads and validates the root Secret at key into the report.
+func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.NamespacedName, st bundle.State, now time.Time) error {
+	r.Root = &RootStatus{Secret: key.String()}
+	s := &corev1.Secret{}
+	err := c.Get(ctx, key, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.Root.Reason = "root secret not found"
+	case err != nil:
+		return fmt.Errorf("reading root secret %s: %w", key, err)
+	default:
+		root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
+		var invalid *bundle.InvalidError
+		switch {
+		case errors.As(err, &invalid):
+			r.Root.Reason = invalid.Error()
+		case err != nil:
+			r.Root.Reason = err.Error()
+		default:
+			r.Root.Valid, r.Root.Fingerprint = true, bundle.Short(root.Fingerprint)
+			if root.Fingerprint != st.Root {
+				r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
+			}
+		}
+	}
+	if !r.Root.Valid {
+		r.Attention = append(r.Attention, "invalid root: "+r.Root.Reason)
+	}
+	return nil
+}
+
+// addRoots reports the roots of the gateway's ca.crt and, when clients
+// were read, how many need each and the client progress they make.
+func (r *Report) addRoots(gw *corev1.Secret, st bundle.State, clients *bundle.Clients, now time.Time) {
 	roots, _ := bundle.ParseCertificates(caKey, gw.Data[caKey])
 	for _, root := range roots {
 		fp := bundle.Fingerprint(root)
 		br := BundleRoot{Fingerprint: bundle.Short(fp), Subject: root.Subject.String(), NotAfter: root.NotAfter.UTC(),
 			Current: fp == st.Root, Server: fp == st.Server}
 		if clients != nil {
-			n := using(*clients, root, now)
+			n := clients.Using(root, now)
 			br.Clients = &n
 		}
 		r.Roots = append(r.Roots, br)
@@ -145,21 +159,24 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		p := bundle.CountProgress(*clients, bundle.Find(roots, st.Root), now)
 		r.Clients = &p
 	}
+}
+
+// addClientAttention says when client renewal needs an operator: clients
+// that failed, or a rotation renewing for longer than stalledAfter.
+func (r *Report) addClientAttention(st bundle.State, stalledAfter time.Duration, now time.Time) {
 	if r.Clients != nil && r.Clients.Failed > 0 {
 		r.Attention = append(r.Attention, fmt.Sprintf("%d clients failed to renew: see their Certificates' conditions", r.Clients.Failed))
 	}
-	if st.Phase == bundle.PhaseRenewing && r.RootAddedAt != nil && o.StalledAfter > 0 && now.Sub(*r.RootAddedAt) > o.StalledAfter {
+	if st.Phase == bundle.PhaseRenewing && r.RootAddedAt != nil && stalledAfter > 0 && now.Sub(*r.RootAddedAt) > stalledAfter {
 		r.Attention = append(r.Attention, fmt.Sprintf("client renewal stalled: renewing for %s (more than %s)",
-			now.Sub(*r.RootAddedAt).Round(time.Second), o.StalledAfter))
+			now.Sub(*r.RootAddedAt).Round(time.Second), stalledAfter))
 	}
-	return r, nil
 }
 
 // ReadClients reads the selected clients through any reader: the cache in
 // the syncer, the API server in `dualca status`.
 func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector, namespaces []string) (bundle.Clients, error) {
-	t := &clientTracker{reader: c, cfg: Config{}}
-	t.cfg.ClientSelector, t.cfg.ClientNamespaces = selector, namespaces
+	t := &clientTracker{reader: c, selector: selector, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
 	return cs, err
 }

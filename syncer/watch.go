@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -19,12 +20,52 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// SetupWithManager wires the reconciler into mgr. The root and the gateway
-// Secret each get a cache of their own, restricted by a field selector to
-// that one object, so memory does not grow with the Secrets of the cluster;
-// a name predicate guards the same boundary on the event side. Every event
+// caches are the syncer's caches, each added to the manager: one per
+// Secret it follows, restricted by a field selector to that one object, so
+// memory does not grow with the Secrets of the cluster, and the client
+// cache (nil when clients are not tracked).
+type caches struct {
+	root, gateway, clients cache.Cache
+}
+
+// newCaches creates the caches and adds them to mgr.
+func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
+	var c caches
+	for _, one := range []struct {
+		key types.NamespacedName
+		to  *cache.Cache
+	}{{o.RootSecret, &c.root}, {o.GatewaySecret, &c.gateway}} {
+		sc, err := singleObjectCache(mgr, one.key)
+		if err != nil {
+			return c, err
+		}
+		if err := mgr.Add(sc); err != nil {
+			return c, fmt.Errorf("adding cache for secret %s: %w", one.key, err)
+		}
+		*one.to = sc
+	}
+	if o.ClientSelector == nil {
+		return c, nil
+	}
+	opts := clientCacheOptions(o)
+	opts.HTTPClient, opts.Scheme, opts.Mapper = mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper()
+	cc, err := cache.New(mgr.GetConfig(), opts)
+	if err != nil {
+		return c, fmt.Errorf("creating the client cache: %w", err)
+	}
+	if err := mgr.Add(cc); err != nil {
+		return c, fmt.Errorf("adding the client cache: %w", err)
+	}
+	c.clients = cc
+	return c, nil
+}
+
+// SetupWithManager wires the reconciler into mgr: a reconcile at start, and
+// with watch, one at every change of the root or the gateway Secret (a name
+// predicate guards the single-object caches' boundary on the event side);
+// and, when clients are tracked, at every change of a client. Every event
 // maps to one work item, so bursts of events collapse into one reconcile.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("dualca").
 		WithOptions(controller.Options{
@@ -32,60 +73,37 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// An invalid root is retried with backoff, but never less often
 			// than the poll would: fixing the root also arrives as an event.
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](
-				100*time.Millisecond, r.cfg.PollInterval),
+				100*time.Millisecond, r.poll),
 		}).
 		WatchesRawSource(kick{req: r.request()})
-
-	for i, key := range []types.NamespacedName{r.cfg.RootSecret, r.cfg.GatewaySecret} {
-		c, err := singleObjectCache(mgr, key)
-		if err != nil {
-			return err
-		}
-		r.caches = append(r.caches, c)
-		if err := mgr.Add(c); err != nil {
-			return fmt.Errorf("adding cache for secret %s: %w", key, err)
-		}
-		if r.cfg.DisableWatches {
-			continue
-		}
-		// Reconciles between polls read these caches (Reconciler.source).
-		if i == 0 {
-			r.rootCache = c
-		} else {
-			r.gatewayCache = c
-		}
-		b = b.WatchesRawSource(source.Kind(c, &corev1.Secret{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Secret) []reconcile.Request {
-				return []reconcile.Request{r.request()}
-			}),
-			predicate.NewTypedPredicateFuncs(func(o *corev1.Secret) bool {
-				return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
-			})))
-	}
-	if r.cfg.ClientSelector != nil {
-		c, err := newClientCache(mgr, r.cfg)
-		if err != nil {
-			return err
-		}
-		r.caches = append(r.caches, c)
-		r.clients = &clientTracker{reader: c, cfg: r.cfg}
-		if r.renewer != nil {
-			r.renewer.cache = c
-		}
-		if err := mgr.Add(c); err != nil {
-			return fmt.Errorf("adding the client cache: %w", err)
-		}
-		// Every client change may move a rotation on: one work item again.
-		b = b.WatchesRawSource(source.Kind(c, &cmapi.Certificate{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *cmapi.Certificate) []reconcile.Request {
-				return []reconcile.Request{r.request()}
-			}))).
-			WatchesRawSource(source.Kind(c, &corev1.Secret{},
-				handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Secret) []reconcile.Request {
-					return []reconcile.Request{r.request()}
+	if watch {
+		for _, one := range []struct {
+			key types.NamespacedName
+			c   cache.Cache
+		}{{r.store.rootKey, c.root}, {r.store.gatewayKey, c.gateway}} {
+			b = b.WatchesRawSource(source.Kind(one.c, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()),
+				predicate.NewTypedPredicateFuncs(func(o *corev1.Secret) bool {
+					return o.GetNamespace() == one.key.Namespace && o.GetName() == one.key.Name
 				})))
+		}
+	}
+	if c.clients != nil {
+		// Every client change may move a rotation on: one work item again.
+		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, oneWorkItem[*cmapi.Certificate](r.request()))).
+			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request())))
 	}
 	return b.Complete(r)
+}
+
+// oneWorkItem maps every event to req.
+func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandler[T, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, T) []reconcile.Request {
+		return []reconcile.Request{req}
+	})
+}
+
+func (r *Reconciler) request() reconcile.Request {
+	return reconcile.Request{NamespacedName: r.key}
 }
 
 // singleObjectCache returns a cache that lists and watches exactly one Secret.

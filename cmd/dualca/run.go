@@ -37,18 +37,15 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	mgr, _, err := syncer.NewManager(restCfg, syncer.Config{Options: opts, Logger: logger})
+	o := opts.Syncer()
+	o.Logger, o.Metrics = logger, syncer.NewMetrics()
+	// The manager's metrics endpoint serves controller-runtime's registry.
+	if err := metrics.Registry.Register(o.Metrics); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	mgr, err := syncer.NewManager(restCfg, o)
 	if err != nil {
 		return err
 	}
-	logger.Info("starting", "root", opts.RootSecret, "gateway", opts.GatewaySecret,
-		"strategy", strategyName(opts.Legacy), "pollInterval", opts.PollInterval)
 	return mgr.Start(ctx)
-}
-
-func strategyName(legacy bool) string {
-	if legacy {
-		return "legacy"
-	}
-	return "zero-downtime"
 }

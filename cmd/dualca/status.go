@@ -6,14 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
@@ -34,7 +30,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, append([]any{"dualca status:"}, msg...)...)
 		return statusError
 	}
-	o, output, err := parseStatusFlags(args)
+	f, err := flags.ParseStatus("dualca status", args)
 	if errors.Is(err, flag.ErrHelp) {
 		return statusOK
 	}
@@ -53,11 +49,11 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	report, err := syncer.Status(ctx, c, o, time.Now())
+	report, err := syncer.Status(ctx, c, statusOptions(f), time.Now())
 	if err != nil {
 		return fail(err)
 	}
-	if output == "json" {
+	if f.Output == "json" {
 		err = report.WriteJSON(stdout)
 	} else {
 		err = report.WriteText(stdout)
@@ -71,53 +67,8 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return statusOK
 }
 
-// parseStatusFlags reads the flags of `dualca status`; nothing touches the
-// cluster before they are all valid.
-func parseStatusFlags(args []string) (syncer.StatusOptions, string, error) {
-	fs := flag.NewFlagSet("dualca status", flag.ContinueOnError)
-	gateway := fs.String("gateway-secret", "", "The gateway Secret, as NAMESPACE/NAME. Required.")
-	root := fs.String("root-secret", "", "The root CA Secret, as NAMESPACE/NAME: validated too when given.")
-	selector := fs.String("client-selector", "", "Label selector of the client Certificates: counts the clients that need each root.")
-	namespaces := fs.String("client-namespaces", "", "Comma-separated namespaces of the client Certificates (default: the gateway's).")
-	stalled := fs.Duration("stalled-after", time.Hour, "A rotation renewing clients for longer than this is reported as stalled.")
-	output := fs.String("o", "text", "Output: text or json.")
-	config.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return syncer.StatusOptions{}, "", err
-	}
-	var errs []error
-	o := syncer.StatusOptions{StalledAfter: *stalled}
-	var err error
-	if o.GatewaySecret, err = namespacedName("gateway-secret", *gateway, true); err != nil {
-		errs = append(errs, err)
-	}
-	if o.RootSecret, err = namespacedName("root-secret", *root, false); err != nil {
-		errs = append(errs, err)
-	}
-	if *selector != "" {
-		if o.ClientSelector, err = labels.Parse(*selector); err != nil {
-			errs = append(errs, fmt.Errorf("--client-selector: %w", err))
-		}
-		o.ClientNamespaces = []string{o.GatewaySecret.Namespace}
-		if *namespaces != "" {
-			o.ClientNamespaces = strings.Split(*namespaces, ",")
-		}
-	}
-	if *output != "text" && *output != "json" {
-		errs = append(errs, fmt.Errorf("-o=%q: want text or json", *output))
-	}
-	if *stalled <= 0 {
-		errs = append(errs, fmt.Errorf("--stalled-after must be positive, got %s", *stalled))
-	}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
-	return o, *output, errors.Join(errs...)
-}
-
-func namespacedName(name, v string, required bool) (types.NamespacedName, error) {
-	if v == "" && !required {
-		return types.NamespacedName{}, nil
-	}
-	return flags.ParseKey(name, v)
+// statusOptions are what `dualca status` looks at, from its command line.
+func statusOptions(f flags.Status) syncer.StatusOptions {
+	return syncer.StatusOptions{GatewaySecret: f.GatewaySecret, RootSecret: f.RootSecret,
+		ClientSelector: f.ClientSelector, ClientNamespaces: f.ClientNamespaces, StalledAfter: f.StalledAfter}
 }

@@ -28,7 +28,9 @@ func (b *bench) startInProcess(ctx context.Context, disableWatches bool, counter
 	if counter != nil {
 		cfg.Wrap(counter.wrap)
 	}
-	mgr, _, err := syncer.NewManager(cfg, syncer.Config{Options: opts, DisableWatches: disableWatches, Logger: logr.Discard()})
+	o := opts.Syncer()
+	o.DisableWatches, o.Logger, o.Metrics = disableWatches, logr.Discard(), syncer.NewMetrics()
+	mgr, err := syncer.NewManager(cfg, o)
 	if err != nil {
 		return nil, err
 	}

@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/e2e/cluster"
 )
 
 // options are the benchmark's flags; the defaults are what `make bench`

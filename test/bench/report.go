@@ -231,7 +231,7 @@ func (r *report) writePoll(p func(string, ...any)) {
 	p("")
 	p("## The poll alone")
 	p("")
-	p("dualca runs in the benchmark's process with its watches disabled (`syncer.Config.DisableWatches`, a test")
+	p("dualca runs in the benchmark's process with its watches disabled (`syncer.Options.DisableWatches`, a test")
 	p("knob) and `--poll-interval=%s`, so only the poll sees a change. Each root change lands at a random", r.pollInterval)
 	p("moment of the interval; the sample is the time until the gateway Secret names the new root.")
 	p("")

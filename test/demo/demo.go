@@ -19,7 +19,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/e2e/cluster"
+	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/mtls"
 )
 

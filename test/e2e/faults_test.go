@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -15,9 +14,6 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,11 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/e2e/cluster"
 	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
 )
@@ -59,7 +54,7 @@ func TestDualcaKilledInEveryPhaseConverges(t *testing.T) {
 	// switch window and of Retiring; four seconds of renewals at least.
 	o.TrustPropagationDelay = 3 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 5, 1
-	args := processArgs(o)
+	args := o.Args()
 	d := run.StartProcess(t, cl.Kubeconfig, args...)
 	s.startTraffic()
 	r1 := s.annotations()[bundle.AnnotationRoot]
@@ -156,7 +151,7 @@ func TestAPIServerRestartMidRotationConverges(t *testing.T) {
 	o := s.options(false)
 	o.TrustPropagationDelay = 5 * time.Second
 	o.RenewalQPS, o.RenewalBurst = 1, 1 // twenty seconds of renewals: the restart lands in them
-	s.dualca = run.Start(s.ctx, t, c.RESTConfig, syncer.Config{Options: o})
+	s.dualca = run.Start(s.ctx, t, c.RESTConfig, o.Syncer())
 	own.startTraffic()
 
 	r2 := own.rotate()
@@ -229,9 +224,9 @@ const stormAnnotation = "example.com/storm"
 func TestAConflictStormLosesNoUpdate(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
-	requests := &requestLog{}
+	requests := &apirequest.Log{}
 	cfg := rest.CopyConfig(cl.RESTConfig)
-	cfg.Wrap(requests.wrap)
+	cfg.Wrap(requests.Wrap)
 	s.startDualcaAs(cfg, s.options(false))
 	s.startTraffic()
 
@@ -260,10 +255,10 @@ func TestAConflictStormLosesNoUpdate(t *testing.T) {
 
 // gatewayWrites counts dualca's updates of the gateway Secret answered
 // with code.
-func gatewayWrites(l *requestLog, code int) int {
+func gatewayWrites(l *apirequest.Log, code int) int {
 	n := 0
-	for _, r := range l.all() {
-		if r.verb == "update" && r.resource == "secrets" && r.name == gatewayName && r.code == code {
+	for _, r := range l.All() {
+		if r.Verb == "update" && r.Resource == "secrets" && r.Name == gatewayName && r.Code == code {
 			n++
 		}
 	}
@@ -375,12 +370,12 @@ func TestTwoReplicasOneWriterAndAHandover(t *testing.T) {
 		addr, err := controlplane.FreeAddress()
 		s.g.Expect(err).NotTo(HaveOccurred())
 		ro.MetricsBindAddress = addr
-		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(processArgs(ro), "--zap-log-level=info")...), ro.MetricsBindAddress}
+		replicas[i] = replica{run.StartProcess(t, cl.Kubeconfig, append(ro.Args(), "--zap-log-level=info")...), ro.MetricsBindAddress}
 	}
 	triggered := func(r replica) float64 {
-		fams, err := scrape(r.metrics)
+		fams, err := run.Scrape(r.metrics)
 		s.g.Expect(err).NotTo(HaveOccurred())
-		return sumOf(fams["dualca_renewals_total"], "result", "triggered")
+		return run.CountersBy(fams["dualca_renewals_total"], "result")["triggered"]
 	}
 	s.startTraffic()
 	r2 := s.rotate()
@@ -482,7 +477,7 @@ func TestARootFromAClockAheadIsHandledWithoutFlapping(t *testing.T) {
 		g.Expect(a).To(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r1)))
 		g.Expect(s.clientRevisions()).To(Equal(revisions), "no client Certificate was re-issued")
 	}).WithTimeout(time.Until(r2.NotBefore) - 500*time.Millisecond).WithPolling(250 * time.Millisecond).Should(Succeed())
-	s.g.Expect(s.dualca.R.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
+	s.g.Expect(s.dualca.Renewals()).NotTo(HaveKey("triggered"), "no renewal was triggered before NotBefore")
 	waiting, _, _ := s.watch.result()
 	rewrites := waiting - versions
 	s.g.Expect(rewrites).To(BeNumerically("<=", 3), "the gateway Secret is not rewritten while the root is not valid yet")
@@ -564,7 +559,7 @@ func (s *scenario) expectNoHarm(what string) {
 	versions, races, violations := s.watch.result()
 	renewals := "renewals: see the process logs"
 	if s.dualca != nil {
-		renewals = fmt.Sprintf("renewals %v", s.dualca.R.Renewals())
+		renewals = fmt.Sprintf("renewals %v", s.dualca.Renewals())
 	}
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; gateway versions checked %d (races %d), violations %d; %s",
 		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, versions, races, len(violations), renewals)
@@ -572,55 +567,6 @@ func (s *scenario) expectNoHarm(what string) {
 	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v", f.Total.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
-}
-
-// processArgs are the flags that give the dualca binary the options o, as
-// far as the scenarios set them.
-func processArgs(o flags.Options) []string {
-	args := []string{
-		"--root-secret=" + o.RootSecret.String(),
-		"--gateway-secret=" + o.GatewaySecret.String(),
-		"--poll-interval=" + o.PollInterval.String(),
-		"--trust-propagation-delay=" + o.TrustPropagationDelay.String(),
-		"--server-switch-grace=" + o.ServerSwitchGrace.String(),
-		"--renewal-qps=" + strconv.FormatFloat(o.RenewalQPS, 'g', -1, 64),
-		"--renewal-burst=" + strconv.Itoa(o.RenewalBurst),
-		"--metrics-bind-address=" + o.MetricsBindAddress,
-		"--health-probe-bind-address=" + o.HealthProbeBindAddress,
-		"--cert-management-legacy=" + strconv.FormatBool(o.Legacy),
-		"--leader-elect=" + strconv.FormatBool(o.LeaderElect),
-	}
-	if o.ClientSelector != nil {
-		args = append(args, "--client-selector="+o.ClientSelector.String(), "--client-namespaces="+strings.Join(o.ClientNamespaces, ","))
-	}
-	return args
-}
-
-// scrape reads the metrics served at addr.
-func scrape(addr string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	return fams, errors.Join(err, resp.Body.Close())
-}
-
-// sumOf adds up the counters of fam whose label has value.
-func sumOf(fam *dto.MetricFamily, label, value string) float64 {
-	total := 0.0
-	if fam == nil {
-		return total
-	}
-	for _, m := range fam.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
 }
 
 // apart is what a scenario needs of the cluster, for a scenario on a

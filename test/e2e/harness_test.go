@@ -24,8 +24,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/e2e/cluster"
+	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
 )
@@ -140,7 +139,7 @@ func (s *scenario) startDualcaAs(cfg *rest.Config, o flags.Options) {
 	if s.dualca != nil {
 		s.dualca.Stop()
 	}
-	s.dualca = run.Start(s.ctx, s.t, cfg, syncer.Config{Options: o})
+	s.dualca = run.Start(s.ctx, s.t, cfg, o.Syncer())
 }
 
 // startTraffic starts the gateway on the gateway Secret and every client
@@ -218,7 +217,7 @@ func (s *scenario) waitPhase(root *x509.Certificate, phase bundle.Phase) {
 func (s *scenario) report(what string) (attempts, failures int) {
 	f, gw := s.fleet.Stats(), s.gateway.Stats()
 	s.t.Logf("%s: %d clients, handshakes attempted %d, failed %d (client side), gateway accepted %d rejected %d; renewals %v",
-		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, s.dualca.R.Renewals())
+		what, len(s.clients), f.Total.Attempts, f.Total.Failures, gw.Accepted, gw.Rejected, s.dualca.Renewals())
 	if f.Total.Failures > 0 {
 		s.t.Logf("%s: client errors %v; gateway errors %v", what, f.Total.Errors, gw.Errors)
 	}

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -32,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/controlplane"
 )
 
@@ -47,7 +45,7 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
 	roles, sa := s.installChartRBAC(false)
-	requests := &requestLog{}
+	requests := &apirequest.Log{}
 	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(false))
 	s.startTraffic()
 
@@ -93,14 +91,14 @@ func TestChartRBACIsEnoughForTheLegacyStrategy(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
 	roles, sa := s.installChartRBAC(true)
-	requests := &requestLog{}
+	requests := &apirequest.Log{}
 	s.startDualcaAs(impersonating(s.ns, sa, requests), s.options(true))
 	s.startTraffic()
 
 	r2 := s.rotate()
 	s.converged(r2, true, 60*time.Second)
 	s.report("legacy, as the chart's ServiceAccount")
-	s.g.Expect(s.dualca.R.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
+	s.g.Expect(s.dualca.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)), "client Secrets were deleted")
 	s.g.Eventually(func() ([]string, error) { return dualcaEvents(s) }).WithTimeout(10 * time.Second).Should(ContainElements(
 		"Normal "+bundle.ReasonRootRotated, "Normal "+bundle.ReasonClientRenewalTriggered))
 	s.expectEveryPermissionUsed(roles, requests)
@@ -114,7 +112,7 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients/4)
 	roles, sa := s.installChartRBAC(false, "leaderElection: {enabled: true}")
-	requests := &requestLog{}
+	requests := &apirequest.Log{}
 	o := s.options(false)
 	o.LeaderElect = true
 	s.startDualcaAs(impersonating(s.ns, sa, requests), o)
@@ -212,11 +210,11 @@ func renderChart(t *testing.T, ns, values string) []*unstructured.Unstructured {
 
 // impersonating is the admin's config acting as ServiceAccount ns/sa,
 // recording every request into log.
-func impersonating(ns, sa string, log *requestLog) *rest.Config {
+func impersonating(ns, sa string, log *apirequest.Log) *rest.Config {
 	cfg := rest.CopyConfig(cl.RESTConfig)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa}
 	if log != nil {
-		cfg.Wrap(log.wrap)
+		cfg.Wrap(log.Wrap)
 	}
 	return cfg
 }
@@ -268,13 +266,13 @@ func dualcaEvents(s *scenario) ([]string, error) {
 // exceptions. events patch (either API) is for a repeated event only. list is what
 // client-go's informers fall back to on API servers without streaming
 // lists; this one has them, so a watch (sendInitialEvents) does the list.
-func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *requestLog) {
+func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *apirequest.Log) {
 	s.t.Helper()
-	reqs := log.all()
+	reqs := log.All()
 	s.g.Expect(reqs).NotTo(BeEmpty())
 	var refused []string
 	for _, r := range reqs {
-		if r.code == http.StatusForbidden {
+		if r.Code == http.StatusForbidden {
 			refused = append(refused, r.String())
 		}
 	}
@@ -285,9 +283,9 @@ func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *requestL
 			for _, group := range rule.APIGroups {
 				for _, resource := range rule.Resources {
 					usedOn := func(resource, verb string) bool {
-						return slices.ContainsFunc(reqs, func(r request) bool {
-							return r.ns == role.Namespace && r.group == group && r.resource == resource && r.verb == verb &&
-								(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, r.name))
+						return slices.ContainsFunc(reqs, func(r apirequest.Request) bool {
+							return r.Namespace == role.Namespace && r.Group == group && r.Resource == resource && r.Verb == verb &&
+								(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, r.Name))
 						})
 					}
 					used := func(verb string) bool { return usedOn(resource, verb) }
@@ -308,110 +306,6 @@ func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *requestL
 			}
 		}
 	}
-	s.t.Logf("dualca's requests as the chart's ServiceAccount: %v; granted, not used here, as expected: %v", log.summary(), excused)
+	s.t.Logf("dualca's requests as the chart's ServiceAccount: %v; granted, not used here, as expected: %v", log.Summary(), excused)
 	s.g.Expect(unused).To(BeEmpty(), "every permission granted is used")
-}
-
-// request is one API request as RBAC sees it.
-type request struct {
-	verb, group, resource, ns, name string
-	code                            int
-}
-
-func (r request) String() string {
-	return fmt.Sprintf("%s %s/%s %s/%s -> %d", r.verb, r.group, r.resource, r.ns, r.name, r.code)
-}
-
-// parseRequest turns an API request into RBAC's attributes: the verb, the
-// resource with its subresource, and the name, taken from a metadata.name
-// field selector for a list or watch as the API server does. ok is false
-// for anything but a resource request (discovery).
-func parseRequest(req *http.Request) (r request, ok bool) {
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	switch {
-	case len(parts) > 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) > 3 && parts[0] == "apis":
-		r.group, parts = parts[1], parts[3:]
-	default:
-		return r, false
-	}
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		r.ns, parts = parts[1], parts[2:]
-	}
-	r.resource = parts[0]
-	if len(parts) > 1 {
-		r.name = parts[1]
-	}
-	if len(parts) > 2 {
-		r.resource += "/" + parts[2]
-	}
-	q := req.URL.Query()
-	switch req.Method {
-	case http.MethodGet:
-		switch {
-		case r.name != "":
-			r.verb = "get"
-		case q.Get("watch") == "true" || q.Get("watch") == "1":
-			r.verb = "watch"
-		default:
-			r.verb = "list"
-		}
-	case http.MethodPost:
-		r.verb = "create"
-	case http.MethodPut:
-		r.verb = "update"
-	case http.MethodPatch:
-		r.verb = "patch"
-	case http.MethodDelete:
-		r.verb = "delete"
-	}
-	if r.name == "" && (r.verb == "list" || r.verb == "watch") {
-		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {
-			r.name, _ = sel.RequiresExactMatch("metadata.name")
-		}
-	}
-	return r, true
-}
-
-// requestLog records the requests a client made and their status codes.
-type requestLog struct {
-	mu   sync.Mutex
-	reqs []request
-}
-
-type transportFunc func(*http.Request) (*http.Response, error)
-
-func (f transportFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
-func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
-	return transportFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if r, ok := parseRequest(req); ok && err == nil {
-			r.code = resp.StatusCode
-			l.mu.Lock()
-			l.reqs = append(l.reqs, r)
-			l.mu.Unlock()
-		}
-		return resp, err
-	})
-}
-
-func (l *requestLog) all() []request {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.reqs)
-}
-
-// summary counts the requests by verb and resource.
-func (l *requestLog) summary() []string {
-	counts := map[string]int{}
-	for _, r := range l.all() {
-		counts[fmt.Sprintf("%s %s/%s", r.verb, r.group, r.resource)]++
-	}
-	out := make([]string, 0, len(counts))
-	for _, k := range slices.Sorted(maps.Keys(counts)) {
-		out = append(out, fmt.Sprintf("%s ×%d", k, counts[k]))
-	}
-	return out
 }

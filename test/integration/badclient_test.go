@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -71,7 +70,7 @@ func TestABadClientNeverReachesTheGateway(t *testing.T) {
 	s := newSetup(t)
 	o := s.options()
 	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
-	d, r1 := s.startOnFirstRoot(syncer.Config{Options: o})
+	d, r1 := s.startOnFirstRoot(o.Syncer())
 	for i := range 3 {
 		s.putClient(fmt.Sprintf("good-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
 	}
@@ -91,7 +90,7 @@ func TestABadClientNeverReachesTheGateway(t *testing.T) {
 			ContainSubstring(bad.reason))), bad.name)
 		// ...and in the log.
 		quoted, _ := json.Marshal(bad.reason)
-		s.g.Eventually(d.log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
+		s.g.Eventually(d.Log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
 		// The gateway's trust and server credential are exactly as they were.
 		after := s.gatewaySecret()
 		s.g.Expect(after.Data).To(Equal(before.Data), bad.name)

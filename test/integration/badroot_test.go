@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -80,7 +79,7 @@ func badRoots(t *testing.T, good *certs.CA) []badRoot {
 func TestABadRootNeverReachesTheGateway(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	d, r1 := s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	d, r1 := s.startOnFirstRoot(s.options().Syncer())
 	before := s.gatewaySecret()
 	writesBefore := d.writes()
 
@@ -106,7 +105,7 @@ func TestABadRootNeverReachesTheGateway(t *testing.T) {
 		seen, _ = s.events()
 		// ...and in the log (JSON), as the error of the reconcile.
 		quoted, _ := json.Marshal(bad.reason)
-		s.g.Eventually(d.log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
+		s.g.Eventually(d.Log).Should(ContainSubstring(string(quoted[1:len(quoted)-1])), bad.name)
 		// ...and the gateway is exactly as it was: not one write.
 		after := s.gatewaySecret()
 		s.g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), bad.name)

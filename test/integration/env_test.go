@@ -78,43 +78,53 @@ func (s *setup) options() flags.Options {
 
 // dualca is a running manager; stop ends it and waits until it returned.
 type dualca struct {
-	r *syncer.Reconciler
+	*dualcarun.Dualca
 	// writes counts the requests other than GET that it sent for Secrets.
 	writes func() int64
-	stop   func()
-	// log is what it logged so far.
-	log func() string
+	root   types.NamespacedName
+}
+
+// polls counts the times dualca read the root Secret from the API server,
+// which it does at every poll and at no other time (events read its cache).
+func (d *dualca) polls() int {
+	n := 0
+	for _, r := range d.Requests() {
+		if r.Verb == "get" && r.Resource == "secrets" && r.Namespace == d.root.Namespace && r.Name == d.root.Name {
+			n++
+		}
+	}
+	return n
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func (s *setup) start(cfg syncer.Config) *dualca {
+func (s *setup) start(o syncer.Options) *dualca {
 	s.t.Helper()
 	// Count dualca's writes to Secrets at the transport: a write that
 	// changes nothing leaves no trace on the API server's side.
 	writes := &atomic.Int64{}
 	rc := rest.CopyConfig(restConfig)
-	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/secrets") {
 				writes.Add(1)
 			}
 			return rt.RoundTrip(req)
 		})
-	}
-	d := dualcarun.Start(context.Background(), s.t, rc, cfg)
-	return &dualca{r: d.R, writes: writes.Load, stop: d.Stop, log: d.Log}
+	})
+	d := dualcarun.Start(context.Background(), s.t, rc, o)
+	return &dualca{Dualca: d, writes: writes.Load, root: o.RootSecret}
 }
 
 // startOnFirstRoot writes root-1, starts dualca and waits until the gateway
 // holds it: the starting point of most scenarios.
-func (s *setup) startOnFirstRoot(cfg syncer.Config) (*dualca, *certs.CA) {
+func (s *setup) startOnFirstRoot(o syncer.Options) (*dualca, *certs.CA) {
 	s.t.Helper()
 	r1 := s.newRoot("root-1")
 	s.putRoot(r1)
-	d := s.start(cfg)
+	d := s.start(o)
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
 	return d, r1
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -32,7 +31,7 @@ func TestALostGatewayIsRebuiltFromTheClients(t *testing.T) {
 	// Roots of one cert-manager CA share their subject.
 	r1 := s.newRoot("agents-root")
 	s.putRoot(r1)
-	d := s.start(syncer.Config{Options: o})
+	d := s.start(o.Syncer())
 	for i := range 3 {
 		s.putClient(fmt.Sprintf("agent-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
 	}
@@ -47,9 +46,9 @@ func TestALostGatewayIsRebuiltFromTheClients(t *testing.T) {
 	// cert-manager moved one client to the new root; two are still on the old.
 	s.putClientData("agent-0", s.issueClient(r2))
 
-	d.stop()
+	d.Stop()
 	s.g.Expect(k8s.Delete(context.Background(), s.gatewaySecret())).To(Succeed())
-	s.start(syncer.Config{Options: o})
+	s.start(o.Syncer())
 
 	s.g.Eventually(s.getGateway).Should(HaveField("Data", HaveKey("ca.crt")))
 	gw := s.gatewaySecret()

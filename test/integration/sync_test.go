@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -23,7 +22,7 @@ func TestANewRootCreatesTheGatewayFromIt(t *testing.T) {
 	s := newSetup(t)
 	r1 := s.newRoot("root-1")
 	s.putRoot(r1)
-	s.start(syncer.Config{Options: s.options()})
+	s.start(s.options().Syncer())
 
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-1"}, Server: "root-1", Phase: "Steady"}))
 	gw := s.gatewaySecret()
@@ -40,7 +39,7 @@ func TestANewRootCreatesTheGatewayFromIt(t *testing.T) {
 func TestARotationKeepsTheOldRootTrustedAndTheServerOnIt(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	s.startOnFirstRoot(s.options().Syncer())
 
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
@@ -63,7 +62,7 @@ func TestWithoutClientTrackingTheServerSwitchesWhenTheGracePeriodEnds(t *testing
 	s := newSetup(t)
 	o := s.options()
 	o.ServerSwitchGrace = 3 * time.Second
-	s.startOnFirstRoot(syncer.Config{Options: o})
+	s.startOnFirstRoot(o.Syncer())
 
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
@@ -85,7 +84,7 @@ func TestAServerRootAboutToExpireIsSwitchedAwayFromThenRetired(t *testing.T) {
 	s.putRoot(r1)
 	o := s.options()
 	o.PollInterval = 500 * time.Millisecond
-	s.start(syncer.Config{Options: o})
+	s.start(o.Syncer())
 	s.g.Eventually(s.view).Should(HaveField("Server", "root-1"))
 
 	// root-1 expires within the safety margin: waiting for the grace period
@@ -103,7 +102,7 @@ func TestLegacyCopiesTheRootPlainly(t *testing.T) {
 	s := newSetup(t)
 	o := s.options()
 	o.Legacy = true
-	s.startOnFirstRoot(syncer.Config{Options: o})
+	s.startOnFirstRoot(o.Syncer())
 
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
@@ -121,19 +120,22 @@ func TestThePollAloneBringsTheGatewayUpToDate(t *testing.T) {
 	s := newSetup(t)
 	o := s.options()
 	o.PollInterval = time.Second
-	d, _ := s.startOnFirstRoot(syncer.Config{Options: o, DisableWatches: true})
+	cfg := o.Syncer()
+	cfg.DisableWatches = true
+	d, _ := s.startOnFirstRoot(cfg)
 
 	// With no watch, only the poll can see this rotation.
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view, 3*time.Second).Should(HaveField("Roots", []string{"root-2", "root-1"}))
-	// The count is taken just after the write of the reconcile that made it.
-	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", 2))
+	// Two polls at least read the root from the API server: the one at
+	// start and the one that saw root-2.
+	s.g.Eventually(d.polls).Should(BeNumerically(">=", 2))
 }
 
 func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	s.startOnFirstRoot(s.options().Syncer())
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
 	want := gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}
@@ -214,7 +216,7 @@ func TestADeletedOrEditedGatewayIsRestored(t *testing.T) {
 func TestADeletedGatewayIsRestoredAsItWas(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	s.startOnFirstRoot(s.options().Syncer())
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
 	before := s.gatewaySecret()
@@ -224,7 +226,7 @@ func TestADeletedGatewayIsRestoredAsItWas(t *testing.T) {
 		HaveField("UID", Not(Equal(before.UID))),
 		HaveField("Data", Equal(before.Data)),
 		HaveField("Annotations", Equal(before.Annotations))))
-	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonBundleUpdated + ": gateway Secret was deleted; restored as dualca last wrote it")))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayRestored + ": gateway Secret was deleted; restored as dualca last wrote it")))
 }
 
 func TestNothingChangesNothingIsWritten(t *testing.T) {
@@ -233,15 +235,17 @@ func TestNothingChangesNothingIsWritten(t *testing.T) {
 	s.putRoot(s.newRoot("root-1"))
 	o := s.options()
 	o.PollInterval = 50 * time.Millisecond
-	d := s.start(syncer.Config{Options: o})
+	d := s.start(o.Syncer())
 	s.g.Eventually(s.view).Should(HaveField("Phase", "Steady"))
 	// A rotation in progress carries timestamps and a phase: they must not
 	// churn either.
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Phase", "Renewing"))
 	rv := s.gatewaySecret().ResourceVersion
-	writes, before := d.writes(), d.r.Reconciles()
-	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", before+30))
+	// Every reconcile of this one is a poll: it comes a poll interval
+	// after the previous one, and reads the root from the API server.
+	writes, before := d.writes(), d.polls()
+	s.g.Eventually(d.polls).Should(BeNumerically(">=", before+30))
 	s.g.Expect(d.writes()).To(Equal(writes), "writes during 30 reconciles that had nothing to change")
 	s.g.Expect(s.gatewaySecret().ResourceVersion).To(Equal(rv))
 	s.g.Expect(writes).To(BeNumerically(">=", 3), "the count sees the writes that did happen: create, rotation, phase")
@@ -252,20 +256,20 @@ func TestFlippingTheStrategyConvertsTheSameSecretBothWays(t *testing.T) {
 	s := newSetup(t)
 	legacy := s.options()
 	legacy.Legacy = true
-	d, _ := s.startOnFirstRoot(syncer.Config{Options: legacy})
+	d, _ := s.startOnFirstRoot(legacy.Syncer())
 	uid := s.gatewaySecret().UID
-	d.stop()
+	d.Stop()
 
 	// The root rotates while the installation is being switched over:
 	// the legacy copy is adopted, so root-1 stays trusted and served.
 	s.putRoot(s.newRoot("root-2"))
-	d = s.start(syncer.Config{Options: s.options()})
+	d = s.start(s.options().Syncer())
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
 	s.g.Expect(s.gatewaySecret().Annotations).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
-	d.stop()
+	d.Stop()
 
 	// And back: a plain copy of the root again.
-	s.start(syncer.Config{Options: legacy})
+	s.start(legacy.Syncer())
 	s.g.Eventually(s.view).Should(Equal(gatewayView{Roots: []string{"root-2"}, Server: "root-2"}))
 	gw := s.gatewaySecret()
 	s.g.Expect(gw.UID).To(Equal(uid))
@@ -279,23 +283,23 @@ func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 	// Long enough that no phase ends by time alone during the test.
 	o := s.options()
 	o.TrustPropagationDelay = time.Minute
-	d, _ := s.startOnFirstRoot(syncer.Config{Options: o})
+	d, _ := s.startOnFirstRoot(o.Syncer())
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
 	before := s.gatewaySecret()
-	d.stop()
+	d.Stop()
 
 	// Restarted on the same world: nothing to do, nothing written, and the
 	// time root-2 entered the bundle is the recorded one, not the restart's.
-	d = s.start(syncer.Config{Options: o})
-	s.g.Eventually(d.r.Reconciles).Should(BeNumerically(">=", 1))
+	d = s.start(o.Syncer())
+	s.g.Eventually(d.Synced).Should(BeTrue(), "a reconcile completed")
 	after := s.gatewaySecret()
 	s.g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
-	d.stop()
+	d.Stop()
 
 	// Stopped again, and a third root arrives while it is down.
 	s.putRoot(s.newRoot("root-3"))
-	s.start(syncer.Config{Options: o})
+	s.start(o.Syncer())
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-3", "root-2", "root-1"}))
 	s.g.Consistently(s.view).Should(And(
 		HaveField("Roots", []string{"root-3", "root-2", "root-1"}),
@@ -312,18 +316,26 @@ func TestOnlyTheWatchedSecretsAreCached(t *testing.T) {
 			Data:       map[string][]byte{"payload": make([]byte, 1024)},
 		})).To(Succeed())
 	}
-	d, _ := s.startOnFirstRoot(syncer.Config{Options: s.options()})
+	d, _ := s.startOnFirstRoot(s.options().Syncer())
 
-	caches := d.r.Caches()
-	s.g.Expect(caches).To(HaveLen(2))
-	for i, want := range []string{s.root.Name, s.gateway.Name} {
-		var list corev1.SecretList
-		s.g.Eventually(func(g Gomega) {
-			g.Expect(caches[i].List(ctx, &list)).To(Succeed())
-			g.Expect(list.Items).To(HaveLen(1))
-			g.Expect(list.Items[0].Name).To(Equal(want))
-		}).Should(Succeed())
-	}
+	// A cache holds what it listed and watched: every list and watch of
+	// Secrets dualca sends names one of its two Secrets (a metadata.name
+	// field selector), and each of the two is watched (client-go lists
+	// through the watch, its initial events, where the API server allows).
+	s.g.Eventually(func(g Gomega) {
+		cached := map[string]bool{}
+		for _, r := range d.Requests() {
+			if r.Resource != "secrets" || r.Verb != "list" && r.Verb != "watch" {
+				continue
+			}
+			g.Expect(r.Namespace).To(Equal(s.ns), "%s", r)
+			g.Expect(r.Name).To(BeElementOf(s.root.Name, s.gateway.Name), "%s: restricted to one Secret by name", r)
+			g.Expect(r.Code).To(Equal(http.StatusOK), "%s", r)
+			cached[r.Verb+" "+r.Name] = true
+		}
+		g.Expect(cached).To(HaveKey("watch " + s.root.Name))
+		g.Expect(cached).To(HaveKey("watch " + s.gateway.Name))
+	}).Should(Succeed())
 }
 
 func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
@@ -331,7 +343,7 @@ func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
 	s := newSetup(t)
 	o := s.options()
 	o.HealthProbeBindAddress = s.freeAddress()
-	s.start(syncer.Config{Options: o})
+	s.start(o.Syncer())
 	probe := func(path string) func() (int, error) {
 		return func() (int, error) {
 			resp, err := http.Get("http://" + o.HealthProbeBindAddress + path)
@@ -355,7 +367,7 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	s := newSetup(t)
 	o := s.options()
 	o.LeaderElect = true
-	s.startOnFirstRoot(syncer.Config{Options: o})
+	s.startOnFirstRoot(o.Syncer())
 	lease := &coordinationv1.Lease{}
 	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: "dualca-" + s.gateway.Name}, lease)).To(Succeed())
 	s.g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
@@ -366,7 +378,7 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	// ready, so a rolling update does not stall on it.
 	standby := o
 	standby.HealthProbeBindAddress = s.freeAddress()
-	d := s.start(syncer.Config{Options: standby})
+	d := s.start(standby.Syncer())
 	s.g.Eventually(func() (int, error) {
 		resp, err := http.Get("http://" + standby.HealthProbeBindAddress + "/readyz")
 		if err != nil {
@@ -374,5 +386,6 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 		}
 		return resp.StatusCode, resp.Body.Close()
 	}).Should(Equal(http.StatusOK))
-	s.g.Consistently(d.r.Reconciles, time.Second).Should(BeZero(), "the standby does not reconcile")
+	s.g.Consistently(d.Synced, time.Second).Should(BeFalse(), "the standby does not reconcile")
+	s.g.Expect(d.polls()).To(BeZero(), "the standby does not read the root")
 }

@@ -1,7 +1,9 @@
 // Package run runs dualca's manager inside a test process, the way the
 // integration and end-to-end tests both need it: its log collected (and
 // shown when the test fails, and checked to hold no certificate or key
-// material), stopped when the test ends or when asked.
+// material), its metrics and its requests to the API server readable by
+// the test, stopped when the test ends
+// or when asked.
 package run
 
 import (
@@ -11,37 +13,55 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/test/apirequest"
 )
 
 // Dualca is a running manager.
 type Dualca struct {
-	// R is its reconciler, for what tests may look at.
-	R      *syncer.Reconciler
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-	logs   *Buffer
+	// metrics is a registry of this manager's metrics alone: tests run
+	// several managers in one process.
+	metrics *prometheus.Registry
+	// requests are those it sent, as the API server saw them.
+	requests *apirequest.Log
+	t        testing.TB
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
+	logs     *Buffer
 }
 
-// Start runs dualca against rc with cfg until ctx ends, Stop is called or
-// the test ends. cfg.Logger, when not set, writes to a buffer of the test.
-func Start(ctx context.Context, t testing.TB, rc *rest.Config, cfg syncer.Config) *Dualca {
+// Start runs dualca against rc with o until ctx ends, Stop is called or
+// the test ends. o.Logger, when not set, writes to a buffer of the test;
+// o.Metrics, when not set, are metrics of this manager's own.
+func Start(ctx context.Context, t testing.TB, rc *rest.Config, o syncer.Options) *Dualca {
 	t.Helper()
 	logs := &Buffer{}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = ctrlzap.New(ctrlzap.WriteTo(logs), ctrlzap.Level(zapcore.InfoLevel))
+	if o.Logger.GetSink() == nil {
+		o.Logger = ctrlzap.New(ctrlzap.WriteTo(logs), ctrlzap.Level(zapcore.InfoLevel))
 	}
-	mgr, r, err := syncer.NewManager(rc, cfg)
+	if o.Metrics == nil {
+		o.Metrics = syncer.NewMetrics()
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(o.Metrics); err != nil {
+		t.Fatalf("registering dualca's metrics: %v", err)
+	}
+	requests := &apirequest.Log{}
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(requests.Wrap)
+	mgr, err := syncer.NewManager(rc, o)
 	if err != nil {
 		t.Fatalf("creating dualca: %v", err)
 	}
 	ctx, cancel := context.WithCancel(ctx) //nolint:gosec // G118: Stop calls it, and t.Cleanup calls Stop
-	d := &Dualca{R: r, cancel: cancel, done: make(chan struct{}), logs: logs}
+	d := &Dualca{metrics: reg, requests: requests, t: t, cancel: cancel, done: make(chan struct{}), logs: logs}
 	go func() {
 		defer close(d.done)
 		if err := mgr.Start(ctx); err != nil {
@@ -69,6 +89,42 @@ func (d *Dualca) Stop() {
 
 // Log is what dualca logged so far.
 func (d *Dualca) Log() string { return d.logs.String() }
+
+// Requests returns the requests dualca sent so far, in the order they were
+// answered: what it asked of the API server, and so all its caches can hold.
+func (d *Dualca) Requests() []apirequest.Request { return d.requests.All() }
+
+// Renewals returns the client renewals acted on so far, by result
+// ("triggered", "skipped", "failed"), from dualca_renewals_total: a result
+// that never happened has no key.
+func (d *Dualca) Renewals() map[string]int {
+	out := map[string]int{}
+	for result, n := range CountersBy(d.family("dualca_renewals_total"), "result") {
+		out[result] = int(n)
+	}
+	return out
+}
+
+// Synced reports whether a reconcile brought the gateway in sync: it sets
+// dualca_last_sync_timestamp_seconds, and nothing else does.
+func (d *Dualca) Synced() bool {
+	ms := d.family("dualca_last_sync_timestamp_seconds").GetMetric()
+	return len(ms) == 1 && ms[0].GetGauge().GetValue() > 0
+}
+
+// family is one of dualca's metric families now; nil when it has no series.
+func (d *Dualca) family(name string) *dto.MetricFamily {
+	fams, err := d.metrics.Gather()
+	if err != nil {
+		d.t.Errorf("gathering dualca's metrics: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f
+		}
+	}
+	return nil
+}
 
 // Buffer collects a log that many goroutines (or a child's output
 // copiers) write to while others read it.

@@ -1,14 +1,7 @@
-// Package metrics scrapes dualca's real metrics endpoint across a rotation,
-// with client Certificates and their Secrets in place (written by hand: no
-// cert-manager here, only its CRDs), and checks the values move as they
-// should. It is a package of its own because the metrics live in one
-// registry per process: tests of other packages running dualca in parallel
-// would move the same gauges.
-package metrics
+package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,38 +15,33 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/controlplane"
+	dualcarun "github.com/dualca/dualca/test/run"
 )
 
+// TestMetricsFollowARotation scrapes dualca's real metrics endpoint across
+// a rotation, with client Certificates and their Secrets in place (written
+// by hand: no cert-manager here, only its CRDs), and checks the values move
+// as they should. The endpoint serves controller-runtime's registry, the
+// process's one: this test alone registers a Metrics there, as the binary
+// does, and the managers of the other tests keep theirs to themselves.
 func TestMetricsFollowARotation(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(15 * time.Second)
 	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	env := startEnv(t)
-	scheme, err := syncer.Scheme()
-	g.Expect(err).NotTo(HaveOccurred())
-	k8s, err := client.New(env.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
-	const ns = "agents"
-	g.Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	ctx := context.Background()
+	ns := s.ns
 
 	now := time.Now()
 	r1 := certs.MustNew(t, "root-ca", now.Add(-2*time.Hour), now.Add(48*time.Hour), certs.Options{IsCA: true}, nil)
@@ -86,33 +74,18 @@ func TestMetricsFollowARotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := flags.Defaults()
-	o.RootSecret = types.NamespacedName{Namespace: ns, Name: "root-ca"}
-	o.GatewaySecret = types.NamespacedName{Namespace: ns, Name: "gateway-credential"}
+	o := s.options()
 	o.ClientSelector = labels.SelectorFromSet(labels.Set{"dualca.io/client": "agent"})
 	o.ClientNamespaces = []string{ns}
 	o.TrustPropagationDelay, o.ServerSwitchGrace, o.PollInterval = time.Second, time.Hour, 2*time.Second
-	o.MetricsBindAddress, o.HealthProbeBindAddress = addr, "0"
-	mgr, _, err := syncer.NewManager(env.Config, syncer.Config{Options: o, Logger: zap.New(zap.WriteTo(os.Stderr))})
-	g.Expect(err).NotTo(HaveOccurred())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dualca stopped with an error: %v", err)
-		}
-	}()
+	o.MetricsBindAddress = addr
+	cfg := o.Syncer()
+	cfg.Metrics = syncer.NewMetrics()
+	g.Expect(metrics.Registry.Register(cfg.Metrics)).To(Succeed())
+	t.Cleanup(func() { metrics.Registry.Unregister(cfg.Metrics) })
+	s.start(cfg)
 
-	scrape := func() (map[string]*dto.MetricFamily, error) {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return nil, err
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(resp.Body)
-		return families, errors.Join(err, resp.Body.Close())
-	}
+	scrape := func() (map[string]*dto.MetricFamily, error) { return dualcarun.Scrape(addr) }
 	// value is the metric's value for the labels given as k=v pairs; -1
 	// when there is no such series.
 	value := func(name string, kv ...string) func() float64 {
@@ -227,22 +200,4 @@ func valueOf(fam *dto.MetricFamily, kv ...string) float64 {
 		}
 	}
 	return -1
-}
-
-func startEnv(t *testing.T) *envtest.Environment {
-	t.Helper()
-	assets, err := controlplane.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds, err := controlplane.CertManagerCRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("starting the control plane from %s (run `make control-plane`): %v", assets, err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return env
 }

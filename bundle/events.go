@@ -1,0 +1,69 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"fmt"
+	"strings"
+)
+
+// Event reasons, stable so that alerts and operators can match on them: one
+// reason per cause.
+const (
+	// ReasonRootRotated: a new root is trusted next to the roots in use.
+	ReasonRootRotated = "RootRotated"
+	// ReasonBundleUpdated: the gateway Secret was created, or its trust
+	// bundle changed.
+	ReasonBundleUpdated = "BundleUpdated"
+	// ReasonClientRenewalTriggered: a client's re-issuance was requested.
+	ReasonClientRenewalTriggered = "ClientRenewalTriggered"
+	// ReasonServerSwitched: the server credential moved to the current root.
+	ReasonServerSwitched = "ServerSwitched"
+	// ReasonServerSwitchForced: the server credential moved before every
+	// client was ready, or replaced one found missing or changed by hand.
+	ReasonServerSwitchForced = "ServerSwitchForced"
+	// ReasonRootRetired: a root left the trust bundle.
+	ReasonRootRetired = "RootRetired"
+	// ReasonRootInvalid: the root Secret cannot be used; nothing is written.
+	ReasonRootInvalid = "RootInvalid"
+	// ReasonGatewayRepaired: ca.crt was changed outside dualca, and the
+	// roots dualca recorded were restored.
+	ReasonGatewayRepaired = "GatewayRepaired"
+	// ReasonGatewayRestored: the gateway Secret was deleted and has been
+	// written again as dualca last wrote it (emitted by the syncer).
+	ReasonGatewayRestored = "GatewayRestored"
+	// ReasonServerCredentialFailed: no server certificate could be issued;
+	// the root itself is presented instead.
+	ReasonServerCredentialFailed = "ServerCredentialFailed"
+	// ReasonCrossSignFailed: a cross-certificate could not be issued, so
+	// clients of the new root may not verify the server until it switches.
+	ReasonCrossSignFailed = "CrossSignFailed"
+)
+
+// Event is something a decision wants an operator to see. Messages name
+// roots by subject and fingerprint prefix, never by their bytes.
+type Event struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// describe names a certificate for people: subject and fingerprint prefix.
+func describe(c *x509.Certificate) string {
+	return fmt.Sprintf("%q (%s)", c.Subject.CommonName, Short(Fingerprint(c)))
+}
+
+func describeAll(certs []*x509.Certificate) string {
+	parts := make([]string, len(certs))
+	for i, c := range certs {
+		parts[i] = describe(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// plural is "1 root", "2 roots".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return itoa(n) + " " + noun + "s"
+}

@@ -1,0 +1,114 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"time"
+)
+
+// Gateway is the gateway Secret as read from the API server.
+type Gateway struct {
+	Exists bool
+	// CertPEM, KeyPEM and CAPEM are tls.crt, tls.key and ca.crt as found.
+	CertPEM, KeyPEM, CAPEM []byte
+	// State is what its annotations say.
+	State State
+}
+
+// Timings are the rotation delays of the zero-downtime strategy.
+type Timings struct {
+	// TrustPropagationDelay is the time the gateway gets to load a new bundle.
+	TrustPropagationDelay time.Duration
+	// ServerSwitchGrace is when, after the new root entered the bundle, the
+	// server switches to it whether or not the clients are ready.
+	ServerSwitchGrace time.Duration
+}
+
+// Decision is the gateway Secret content a strategy wants, and why.
+type Decision struct {
+	CertPEM, KeyPEM, CAPEM []byte
+	State                  State
+	Events                 []Event
+	// Renew names the clients whose re-issuance is due now.
+	Renew []string
+	// NextCheck is the earliest moment the decision can change by time
+	// alone (a delay or grace period ends, a root expires); zero if none.
+	// The syncer reconciles again then, instead of waiting for the poll.
+	NextCheck time.Time
+}
+
+// Plan decides the next gateway Secret of the zero-downtime strategy from the
+// gateway as found, the validated current root, the clients and the time. It
+// is pure, so a restart that reads the same Secret decides the same thing,
+// and the rotation invariants can be checked over random histories.
+//
+// It applies the rules of docs/rotation.md in order, each a function of its
+// own: the trust set (trust.go, with repair.go and adopt.go), the rotation
+// (rotate.go), the server and its switch (repair.go, switch.go, create.go),
+// retirement (retire.go), the credential (server.go, crosschain.go), and
+// what follows from them (phase.go, renew.go, nextcheck.go).
+func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Decision {
+	p := newPlanning(gw, root, clients, t, now)
+	trusted := p.trustedRoots()
+	st := p.startRotation(trusted)
+	found := p.recordedServer(trusted)
+	serverRoot := found.rootOrNil()
+	st.ClientsReadyAt = p.clientsReadyAt(st, serverRoot)
+	if p.switchServer(&st, serverRoot) {
+		serverRoot, found = root.Cert, nil
+	}
+	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
+	cred := p.credential(found, serverRoot, kept)
+	caPEM := Encode(kept)
+	p.reportBundle(caPEM, kept)
+	return p.decision(st, serverRoot, cred, kept, caPEM)
+}
+
+// planning is one decision being made: Plan's inputs, what is derived from
+// them once, and the events, in the order the rules raise them.
+type planning struct {
+	gw      Gateway
+	root    *Root
+	clients Clients
+	t       Timings
+	now     time.Time
+	// stamp is now as recorded (see stamp).
+	stamp time.Time
+	// adopting: the gateway Secret was not written by the zero-downtime
+	// strategy (new, legacy, or stripped of dualca's annotations).
+	adopting bool
+	// edited: ca.crt was changed outside dualca (see trustedRoots).
+	edited bool
+	// progress is the clients' progress toward the current root.
+	progress Progress
+	events   []Event
+}
+
+func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) *planning {
+	now = now.UTC()
+	if clients.Signatures == nil {
+		// The same leaf is checked against the same root by several rules.
+		clients.Signatures = NewSignatures()
+	}
+	return &planning{gw: gw, root: root, clients: clients, t: t, now: now, stamp: stamp(now),
+		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now)}
+}
+
+func (p *planning) emit(e Event) { p.events = append(p.events, e) }
+
+// decision is the gateway Secret the rules arrived at, its state recorded.
+func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server, kept []*x509.Certificate, caPEM []byte) Decision {
+	st.Server = Fingerprint(serverRoot)
+	st.BundleHash = Hash(caPEM)
+	for _, c := range kept {
+		st.BundleRoots = append(st.BundleRoots, Fingerprint(c))
+	}
+	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
+	d := Decision{CertPEM: cred.certPEM(), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
+		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now)}
+	if p.clients.Tracked {
+		progress := p.progress
+		d.State.Clients = &progress
+		d.Renew = p.renewals(st.Phase)
+	}
+	return d
+}

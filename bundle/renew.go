@@ -1,0 +1,35 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"slices"
+	"time"
+)
+
+// Rule: renew.
+//
+// Clients are moved to the current root once the gateway trusts it (the
+// phase is past Bundle), and also after a forced switch, since the ones left
+// behind still need it; never onto a root that is not valid yet
+// (notyetvalid.go). Every tracked client not on the root is due, in a stable
+// order; the syncer paces the renewals and skips those in flight.
+
+// renewals lists the clients due for re-issuance now, given the phase.
+func (p *planning) renewals(phase Phase) []string {
+	if phase == PhaseBundle || notYetValid(p.root.Cert, p.now) {
+		return nil
+	}
+	return due(p.clients, p.root.Cert, p.now)
+}
+
+// due lists the clients not yet on root, in a stable order.
+func due(clients Clients, root *x509.Certificate, now time.Time) []string {
+	var names []string
+	for _, c := range clients.Items {
+		if !c.on(clients.Signatures, root, now) {
+			names = append(names, c.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,95 @@
+package bundle
+
+import (
+	"crypto/x509"
+	"fmt"
+	"time"
+)
+
+// Rule: switch.
+//
+// tls.crt moves to the current root when every selected client is on it
+// (its leaf chains to the root and its ca.crt holds it: clients verify the
+// server with their ca.crt) and has been for the propagation delay, so they
+// have loaded their renewed Secret, itself counted after the gateway's own
+// propagation delay. It moves anyway, with a Warning, when waiting longer
+// would do more harm than good: the grace period is over, or the server
+// root is about to expire. Without client tracking it moves when the grace
+// period ends. A missing or replaced credential is replaced (repair.go), and
+// a new gateway serves the current root at once (create.go).
+
+type switchDecision struct {
+	switchNow bool
+	event     *Event
+}
+
+// clientsReadyAt is when dualca first saw every client on the current root,
+// the server not on it yet; zero while one is not, or when it does not
+// apply. A client falling back off the root resets the wait.
+func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.Time {
+	if !p.clients.Tracked || p.progress.Pending+p.progress.Failed > 0 || Fingerprint(serverRoot) == p.root.Fingerprint {
+		return time.Time{}
+	}
+	if st.ClientsReadyAt.IsZero() {
+		return p.stamp
+	}
+	return st.ClientsReadyAt
+}
+
+// switchServer records in st the switch decideSwitch decides, if any, and
+// reports whether the server moves to the current root now.
+func (p *planning) switchServer(st *State, serverRoot *x509.Certificate) bool {
+	sw := p.decideSwitch(serverRoot, *st)
+	if !sw.switchNow {
+		return false
+	}
+	st.SwitchedAt, st.ClientsReadyAt = p.stamp, time.Time{}
+	if sw.event != nil {
+		p.emit(*sw.event)
+	}
+	return true
+}
+
+// decideSwitch says whether tls.crt moves from server to the current root
+// now, and with which event.
+func (p *planning) decideSwitch(server *x509.Certificate, st State) switchDecision {
+	root, t, now := p.root, p.t, p.now
+	switch {
+	case server == nil && !p.gw.Exists:
+		return switchDecision{switchNow: true} // create: nothing served yet
+	case server == nil:
+		return serverReplaced(root)
+	case Fingerprint(server) == root.Fingerprint:
+		return switchDecision{}
+	case now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter):
+		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
+	case notYetValid(root.Cert, now):
+		return switchDecision{}
+	case p.clients.Tracked:
+		return p.switchForClients(st)
+	case now.Sub(st.RootAddedAt) >= t.ServerSwitchGrace:
+		return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
+			Message: fmt.Sprintf("grace period %s is over (client readiness is not tracked); server now presents root %s", t.ServerSwitchGrace, describe(root.Cert))}}
+	}
+	return switchDecision{}
+}
+
+// switchForClients is decideSwitch for tracked clients: when they have all
+// been ready for the propagation delay, or forced when the grace is over.
+func (p *planning) switchForClients(st State) switchDecision {
+	elapsed := p.now.Sub(st.RootAddedAt)
+	delay := p.t.TrustPropagationDelay
+	if !st.ClientsReadyAt.IsZero() && elapsed >= delay && p.now.Sub(st.ClientsReadyAt) >= delay {
+		return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
+			Message: "all " + itoa(p.progress.Renewed) + " clients trust root " + describe(p.root.Cert) + "; server now presents it"}}
+	}
+	if elapsed >= p.t.ServerSwitchGrace {
+		return forced(fmt.Sprintf("grace period %s is over with %d clients not on the new root", p.t.ServerSwitchGrace, p.progress.Pending+p.progress.Failed))
+	}
+	return switchDecision{}
+}
+
+func forced(why string) switchDecision {
+	return switchDecision{switchNow: true, event: &Event{Warning: true, Reason: ReasonServerSwitchForced,
+		Message: "server switched to the new root before every client was ready: " + why}}
+}

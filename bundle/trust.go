@@ -1,0 +1,49 @@
+package bundle
+
+import "crypto/x509"
+
+// The trust set: which roots of the gateway's ca.crt may stay, and how a
+// change of it is reported. Retirement (retire.go) then decides which of
+// them, with the current root and the server's, are written.
+
+// trustedRoots returns the CA certificates of the gateway's ca.crt that may
+// stay. A Secret dualca wrote and nobody edited is taken as is. An edited
+// one is repaired (repairedRoots): only the roots dualca recorded stay, with
+// a Warning. An adopted one (new, legacy, or stripped of dualca's
+// annotations) seeds the bundle (adoptedRoots).
+func (p *planning) trustedRoots() []*x509.Certificate {
+	switch {
+	case p.adopting:
+		return adoptedRoots(p.gw, p.root, p.clients, p.now)
+	case Hash(p.gw.CAPEM) == p.gw.State.BundleHash:
+		return casIn(p.gw.CAPEM)
+	}
+	p.edited = true
+	p.emit(Event{Warning: true, Reason: ReasonGatewayRepaired,
+		Message: "ca.crt was changed outside dualca; restoring the roots dualca recorded"})
+	return repairedRoots(p.gw, p.clients)
+}
+
+// reportBundle reports a gateway Secret created, or a trust bundle that
+// changed. A repaired one was reported already (trustedRoots).
+func (p *planning) reportBundle(caPEM []byte, kept []*x509.Certificate) {
+	switch {
+	case !p.gw.Exists:
+		p.emit(created(p.root, kept))
+	case string(caPEM) != string(p.gw.CAPEM) && !p.edited:
+		p.emit(Event{Reason: ReasonBundleUpdated,
+			Message: "trust bundle now holds " + plural(len(kept), "root") + ": " + describeAll(kept)})
+	}
+}
+
+// casIn reads every CA certificate from PEM, skipping what is not one. The
+// gateway Secret is dualca's own, so a damaged one is repaired, not rejected.
+func casIn(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range certsIn(data) {
+		if isCA(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+package flags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Objects names what dualca looks at: the root Secret, the gateway Secret
+// and the client Certificates. Both commands take these flags, parsed and
+// validated by the same code.
+type Objects struct {
+	// RootSecret is the cert-manager CA Secret that dualca follows (read only).
+	RootSecret types.NamespacedName
+	// GatewaySecret is the Secret dualca owns and the gateway reads.
+	GatewaySecret types.NamespacedName
+	// ClientSelector selects the client Certificates whose renewal dualca
+	// tracks and triggers; nil means clients are not tracked.
+	ClientSelector labels.Selector
+	// ClientNamespaces are where the client Certificates live (default: the
+	// gateway Secret's namespace).
+	ClientNamespaces []string
+
+	// The flags as given, which parse turns into the fields above.
+	rootSecret, gatewaySecret, clientSelector, clientNamespaces string
+}
+
+func (o *Objects) addSecretFlags(fs *flag.FlagSet, rootHelp, gatewayHelp string) {
+	fs.StringVar(&o.rootSecret, "root-secret", o.rootSecret, rootHelp)
+	fs.StringVar(&o.gatewaySecret, "gateway-secret", o.gatewaySecret, gatewayHelp)
+}
+
+func (o *Objects) addClientFlags(fs *flag.FlagSet, selectorHelp string) {
+	fs.StringVar(&o.clientSelector, "client-selector", o.clientSelector, selectorHelp)
+	fs.StringVar(&o.clientNamespaces, "client-namespaces", o.clientNamespaces,
+		"Comma-separated namespaces of the client Certificates (default: the gateway Secret's namespace).")
+}
+
+// parse turns the flags as given into the typed fields, and gives the
+// client namespaces their default. It returns the flags it could not
+// parse, whose errors it returns too.
+func (o *Objects) parse() (map[string]bool, error) {
+	malformed := map[string]bool{}
+	var errs []error
+	note := func(flagName string, err error) {
+		if err != nil {
+			malformed[flagName] = true
+			errs = append(errs, err)
+		}
+	}
+	for _, k := range []struct {
+		flag, raw string
+		key       *types.NamespacedName
+	}{{"root-secret", o.rootSecret, &o.RootSecret}, {"gateway-secret", o.gatewaySecret, &o.GatewaySecret}} {
+		if k.raw != "" {
+			key, err := ParseKey(k.flag, k.raw)
+			note(k.flag, err)
+			*k.key = key
+		}
+	}
+	var err error
+	if o.clientSelector != "" {
+		o.ClientSelector, err = ParseSelector("client-selector", o.clientSelector)
+		note("client-selector", err)
+	}
+	if o.clientNamespaces != "" {
+		o.ClientNamespaces, err = ParseNamespaces("client-namespaces", o.clientNamespaces)
+		note("client-namespaces", err)
+		if o.clientSelector == "" {
+			errs = append(errs, errors.New("--client-namespaces needs --client-selector: without it no client is tracked"))
+		}
+	}
+	if len(o.ClientNamespaces) == 0 && o.GatewaySecret.Namespace != "" {
+		o.ClientNamespaces = []string{o.GatewaySecret.Namespace}
+	}
+	return malformed, errors.Join(errs...)
+}
+
+// validate checks the typed fields; rootRequired says whether the command
+// needs the root Secret. A flag in malformed was reported by parse already.
+func (o *Objects) validate(rootRequired bool, malformed map[string]bool) error {
+	var errs []error
+	for _, k := range []struct {
+		flag     string
+		key      types.NamespacedName
+		required bool
+	}{
+		{"root-secret", o.RootSecret, rootRequired},
+		{"gateway-secret", o.GatewaySecret, true},
+	} {
+		switch {
+		case malformed[k.flag]:
+		case k.key.Name == "" && k.required:
+			errs = append(errs, fmt.Errorf("--%s is required, as NAMESPACE/NAME", k.flag))
+		case k.key.Name != "":
+			if _, err := ParseKey(k.flag, k.key.String()); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if o.RootSecret.Name != "" && o.RootSecret == o.GatewaySecret {
+		errs = append(errs, errors.New("--gateway-secret must differ from --root-secret: dualca never writes the root"))
+	}
+	if o.ClientSelector != nil && o.ClientSelector.Empty() && !malformed["client-selector"] {
+		errs = append(errs, fmt.Errorf("--client-selector=%q selects everything; name the label of the client Certificates", o.ClientSelector.String()))
+	}
+	if !malformed["client-namespaces"] {
+		for _, ns := range o.ClientNamespaces {
+			if err := namespace("client-namespaces", ns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseKey turns NAMESPACE/NAME into a key, checking both parts the way the
+// API server would, so that a typo fails here and not as a 404 later.
+func ParseKey(flagName, s string) (types.NamespacedName, error) {
+	if s == "" {
+		return types.NamespacedName{}, fmt.Errorf("--%s is required, as NAMESPACE/NAME", flagName)
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--%s=%q: want NAMESPACE/NAME", flagName, s)
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("--%s=%q: namespace %q: %s", flagName, s, ns, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return types.NamespacedName{}, fmt.Errorf("--%s=%q: name %q: %s", flagName, s, name, strings.Join(msgs, "; "))
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// ParseSelector parses a label selector of client Certificates. One that
+// selects everything parses, and Validate refuses it.
+func ParseSelector(flagName, s string) (labels.Selector, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("--%s=%q: %w", flagName, s, err)
+	}
+	return sel, nil
+}
+
+// ParseNamespaces parses a comma-separated list of namespaces, spaces
+// trimmed, each named once in the order first given.
+func ParseNamespaces(flagName, s string) ([]string, error) {
+	var out []string
+	var errs []error
+	for ns := range strings.SplitSeq(s, ",") {
+		ns = strings.TrimSpace(ns)
+		if err := namespace(flagName, ns); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func namespace(flagName, ns string) error {
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return fmt.Errorf("--%s: namespace %q: %s", flagName, ns, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// keyString is a key as its flag takes it; "" for none.
+func keyString(k types.NamespacedName) string {
+	if k.Name == "" {
+		return ""
+	}
+	return k.String()
+}

@@ -1,0 +1,67 @@
+package syncer
+
+import (
+	"errors"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// Options are what the syncer runs with. The command line gives most of
+// them (flags.Options.Syncer builds them from it); the caller adds the
+// metrics, the logger and, in tests, a clock or watches turned off.
+type Options struct {
+	// RootSecret is the cert-manager CA Secret followed (read only).
+	RootSecret types.NamespacedName
+	// GatewaySecret is the Secret dualca owns and the gateway reads.
+	GatewaySecret types.NamespacedName
+	// Legacy chooses the legacy strategy over the zero-downtime one.
+	Legacy bool
+	// PollInterval is how often root and gateway are re-read uncached.
+	PollInterval time.Duration
+	// TrustPropagationDelay and ServerSwitchGrace time a rotation.
+	TrustPropagationDelay, ServerSwitchGrace time.Duration
+	// ClientSelector selects the client Certificates; nil: not tracked.
+	ClientSelector labels.Selector
+	// ClientNamespaces are where the client Certificates live.
+	ClientNamespaces []string
+	// RenewalQPS and RenewalBurst pace client renewals.
+	RenewalQPS   float64
+	RenewalBurst int
+	// MetricsBindAddress and HealthProbeBindAddress are the manager's
+	// endpoints ("0" disables one).
+	MetricsBindAddress, HealthProbeBindAddress string
+	// LeaderElect turns on leader election, with its Lease in
+	// LeaderElectionNamespace (default: the gateway Secret's namespace).
+	LeaderElect             bool
+	LeaderElectionNamespace string
+
+	// Metrics receives what the syncer measures; the caller registers it
+	// where it is served (see NewMetrics). Required.
+	Metrics *Metrics
+	// Logger is the manager's logger.
+	Logger logr.Logger
+	// Clock is dualca's clock, for every decision and measure; nil means
+	// the real one. Tests replace it to jump time.
+	Clock clock.PassiveClock
+	// DisableWatches leaves only the start-up reconcile and the poll, to
+	// prove the poll alone keeps the gateway in step.
+	DisableWatches bool
+}
+
+// complete fills in the defaults and refuses options the syncer cannot run with.
+func (o *Options) complete() error {
+	if o.Metrics == nil {
+		return errors.New("syncer options: no Metrics to record into")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = o.GatewaySecret.Namespace
+	}
+	return nil
+}

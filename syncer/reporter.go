@@ -1,0 +1,189 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// reporter tells what reconciles found and did: events, log lines and
+// metrics. It remembers what it reported of a problem that persists (an
+// invalid root, an unusable client Secret), so that such a problem is told
+// once, not at every retry; and when it first saw each root, for the lag
+// and propagation metrics.
+type reporter struct {
+	recorder recorder.EventRecorder
+	metrics  *Metrics
+	strategy Strategy
+	rootKey  types.NamespacedName
+	qps      float64
+	// gateway is the gateway Secret as the API server has it, or nil: what
+	// an event about a missing root is about.
+	gateway func(context.Context) *corev1.Secret
+	roots   rootWatch
+
+	// lastInvalid is the reason last reported for an invalid root; "" once
+	// the root is usable.
+	lastInvalid string
+	// clientProblems are the problems last reported, by client.
+	clientProblems map[string]string
+}
+
+// rootSeen records a usable root read.
+func (r *reporter) rootSeen(fp string, now time.Time) {
+	r.metrics.rootValid.Set(1)
+	r.roots.saw(fp, now)
+}
+
+// failed counts a failed reconcile by reason and, when a valid root was
+// read, how long the gateway has been behind it.
+func (r *reporter) failed(err error, rootFP string, now time.Time) {
+	var invalid *bundle.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		r.metrics.rootValid.Set(0)
+		r.metrics.syncErrors.WithLabelValues("root_invalid").Inc()
+		return
+	case apierrors.IsConflict(err):
+		r.metrics.syncErrors.WithLabelValues("conflict").Inc()
+	default:
+		r.metrics.syncErrors.WithLabelValues("api_error").Inc()
+	}
+	if rootFP != "" {
+		r.roots.behind(rootFP, now)
+	}
+}
+
+// invalidRoot turns an unusable root into one Warning event per distinct
+// reason and an error that makes the controller retry with backoff. The
+// gateway Secret is not touched. rootObj is the root Secret, nil when missing.
+func (r *reporter) invalidRoot(ctx context.Context, rootObj *corev1.Secret, err error) error {
+	var invalid *bundle.InvalidError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	if reason := invalid.Error(); r.lastInvalid != reason {
+		r.lastInvalid = reason
+		var regarding runtime.Object = rootObj
+		if rootObj == nil {
+			if gw := r.gateway(ctx); gw != nil {
+				regarding = gw
+			}
+		}
+		if regarding != nil {
+			r.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, bundle.ReasonRootInvalid, "Validate",
+				"root %s is not usable, gateway left unchanged: %s", r.rootKey, reason)
+		}
+	}
+	return fmt.Errorf("root secret %s: %w", r.rootKey, err)
+}
+
+// synced reports a reconcile that brought the gateway in step: metrics, a
+// log line when the Secret was written, the decision's events, and the
+// client Secrets that cannot be read.
+func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
+	d := p.decision
+	r.roots.reflected(d.State.Root, now)
+	r.metrics.decision(d, r.strategy.Phase(d), p.clients, now)
+	r.lastInvalid = ""
+	events := d.Events
+	if p.written.restored {
+		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
+			Message: "gateway Secret was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)
+	}
+	log := logf.FromContext(ctx)
+	if p.written.wrote {
+		log.Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
+			"root", bundle.Short(d.State.Root), "server", bundle.Short(d.State.Server), "roots", len(d.State.BundleRoots))
+	}
+	for _, e := range sameReasonTogether(events) {
+		r.event(p.written.secret, e)
+		log.Info("event", "reason", e.Reason, "warning", e.Warning, "message", e.Message)
+	}
+	r.clients(ctx, p.written.secret, p.views)
+}
+
+// renewalsQueued tells that n clients were queued for renewal, once per batch.
+func (r *reporter) renewalsQueued(gateway *corev1.Secret, n int, d bundle.Decision) {
+	r.event(gateway, bundle.Event{Reason: bundle.ReasonClientRenewalTriggered,
+		Message: r.strategy.RenewalMessage(clientCount(n), bundle.Short(d.State.Root), r.qps)})
+}
+
+// clients tells, once per client and problem, which selected client
+// Secrets cannot be read: a Warning event on the gateway Secret (where
+// dualca may write events, and where operators look) and a log line. Such
+// a client counts as on no root, so a rotation renews it and its old root
+// is not kept for it.
+func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views map[string]clientView) {
+	if r.clientProblems == nil {
+		r.clientProblems = map[string]string{}
+	}
+	for name := range r.clientProblems {
+		if views[name].problem == "" {
+			delete(r.clientProblems, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(views)) {
+		problem := views[name].problem
+		if problem == "" || r.clientProblems[name] == problem {
+			continue
+		}
+		r.clientProblems[name] = problem
+		logf.FromContext(ctx).Info("client secret unusable", "client", name, "reason", problem)
+		// The Secret is the related object: the events API folds events
+		// that differ only in their note into one series, and the Secret's
+		// reference (its resourceVersion included) tells clients and
+		// versions of a Secret apart.
+		var related runtime.Object
+		if secret := views[name].secret; secret != nil {
+			related = secret
+		}
+		r.recorder.Eventf(gateway, related, corev1.EventTypeWarning, bundle.ReasonClientInvalid, "Sync",
+			"client %s: %s; it counts as on no root until cert-manager writes its secret again", name, problem)
+	}
+}
+
+func (r *reporter) event(gateway *corev1.Secret, e bundle.Event) {
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.recorder.Eventf(gateway, nil, typ, e.Reason, "Sync", "%s", e.Message)
+}
+
+// sameReasonTogether joins the events of one decision that share a reason
+// (two roots retired at once, say): the events API would keep only the
+// first of several events about one object version with one reason.
+func sameReasonTogether(events []bundle.Event) []bundle.Event {
+	var out []bundle.Event
+	at := map[bundle.Event]int{}
+	for _, e := range events {
+		key := bundle.Event{Warning: e.Warning, Reason: e.Reason}
+		if i, ok := at[key]; ok {
+			out[i].Message += "; " + e.Message
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, e)
+	}
+	return out
+}
+
+func clientCount(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
+}

@@ -1,0 +1,259 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// progressEvery bounds how often a change of the client progress alone is
+// written to the gateway Secret.
+const progressEvery = 5 * time.Second
+
+// gatewayStore reads the root and the gateway Secret and writes the
+// gateway. What it keeps between reconciles is its own: when it last read
+// from the API server (the poll), the gateway as it last read or wrote it
+// (to restore it if deleted), and when it last wrote (to pace writes of
+// the client progress alone). Reconciles run one at a time, so it needs no
+// lock.
+type gatewayStore struct {
+	rootKey, gatewayKey types.NamespacedName
+	api                 client.Reader // uncached: every poll reads here
+	// rootCache and gatewayCache are the single-object caches, read between
+	// polls (see source); nil when watches are disabled.
+	rootCache, gatewayCache client.Reader
+	writer                  client.Writer
+	clock                   clock.PassiveClock
+	pollInterval            time.Duration
+
+	// lastPoll is when root and gateway were last read from the API server.
+	lastPoll time.Time
+	// gatewayRV is the gateway's resourceVersion as last read from the API
+	// server or written; "" when it was absent.
+	gatewayRV string
+	// remembered is the gateway Secret as dualca last read or wrote it, to
+	// restore it as it was if it is deleted.
+	remembered *corev1.Secret
+	// lastWrite is when the gateway Secret was last written.
+	lastWrite time.Time
+}
+
+// source returns where this reconcile reads the root and the gateway.
+//
+// The poll, and every retry after a conflict, reads both from the API
+// server: that is what repairs a lost or stalled watch. A reconcile between
+// polls was started by an event of the single-object caches or by a delay
+// ending, and reads the caches, which saves two requests on the propagation
+// path and for every client event of a fan-out. A stale cache cannot do
+// harm: the root cache is the very source of the root's events (a newer
+// root arrives as its own event), and a gateway cached at another version
+// than the one dualca last read or wrote is read again from the API server;
+// a write decided from a gateway that changed meanwhile fails on its
+// resourceVersion and is retried fresh.
+func (s *gatewayStore) source(attempt int) (root, gateway client.Reader) {
+	if s.rootCache == nil || attempt > 0 || s.clock.Since(s.lastPoll) >= s.pollInterval*9/10 {
+		s.lastPoll = s.clock.Now()
+		return s.api, s.api
+	}
+	return s.rootCache, s.gatewayCache
+}
+
+// readRoot returns the validated root, read through from. Any reason the
+// root cannot be used is an *bundle.InvalidError; the Secret is returned
+// when it exists, so an event can point at it.
+func (s *gatewayStore) readRoot(ctx context.Context, from client.Reader) (*bundle.Root, *corev1.Secret, error) {
+	key := s.rootKey
+	obj := &corev1.Secret{}
+	if err := from.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, &bundle.InvalidError{Reason: "root secret " + key.String() + " not found"}
+		}
+		return nil, nil, fmt.Errorf("reading root secret %s: %w", key, err)
+	}
+	if obj.Type != corev1.SecretTypeTLS {
+		return nil, obj, &bundle.InvalidError{Reason: fmt.Sprintf("root secret has type %q, want %q", obj.Type, corev1.SecretTypeTLS)}
+	}
+	root, err := bundle.ValidateRoot(obj.Data[corev1.TLSCertKey], obj.Data[corev1.TLSPrivateKeyKey], obj.Data[caKey], s.clock.Now())
+	return root, obj, err
+}
+
+// gatewayRead is the gateway Secret as a reconcile found it.
+type gatewayRead struct {
+	// secret is the Secret; nil when absent.
+	secret *corev1.Secret
+	// state is what the decisions need of it: when it was deleted behind
+	// dualca's back, what it last held, so the rotation goes on where it
+	// was (its server credential cannot be made again once the old root's
+	// key has left the root Secret).
+	state bundle.Gateway
+}
+
+// restoring reports whether the Secret was deleted and is about to be
+// written again from what dualca last knew of it.
+func (g gatewayRead) restoring() bool { return g.secret == nil && g.state.Exists }
+
+// readGateway reads the gateway Secret through from; a cached copy at
+// another version than the one dualca knows is read again from the API server.
+func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gatewayRead, error) {
+	obj := &corev1.Secret{}
+	err := from.Get(ctx, s.gatewayKey, obj)
+	if from != s.api && (client.IgnoreNotFound(err) != nil || obj.ResourceVersion != s.gatewayRV) {
+		obj = &corev1.Secret{}
+		err = s.api.Get(ctx, s.gatewayKey, obj)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		s.gatewayRV = ""
+		if s.remembered != nil {
+			return gatewayRead{state: gatewayOf(s.remembered)}, nil
+		}
+		return gatewayRead{}, nil
+	case err != nil:
+		return gatewayRead{}, fmt.Errorf("reading gateway secret %s: %w", s.gatewayKey, err)
+	}
+	s.gatewayRV, s.remembered = obj.ResourceVersion, obj
+	return gatewayRead{secret: obj, state: gatewayOf(obj)}, nil
+}
+
+// current is the gateway Secret as the API server has it now, or nil.
+func (s *gatewayStore) current(ctx context.Context) *corev1.Secret {
+	obj := &corev1.Secret{}
+	if err := s.api.Get(ctx, s.gatewayKey, obj); err != nil {
+		return nil
+	}
+	return obj
+}
+
+// gatewayOf is what the decisions need of the gateway Secret s.
+func gatewayOf(s *corev1.Secret) bundle.Gateway {
+	return bundle.Gateway{
+		Exists:  true,
+		CertPEM: s.Data[corev1.TLSCertKey],
+		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
+		CAPEM:   s.Data[caKey],
+		State:   bundle.ParseState(s.Annotations),
+	}
+}
+
+// written is what a write did.
+type written struct {
+	// secret is the gateway Secret as it is now; nil after a failed write.
+	secret *corev1.Secret
+	// wrote: the Secret was created or updated.
+	wrote bool
+	// restored: it was created again after it had been deleted.
+	restored bool
+	// deferred is how long a change of the client progress alone waits
+	// before it is written; 0 when nothing waits.
+	deferred time.Duration
+}
+
+// write creates or updates the gateway Secret to hold d, and does nothing
+// when it already does. Updates carry the resourceVersion that was read, so
+// a concurrent writer makes this fail with a conflict and the caller
+// re-reads and decides again instead of overwriting.
+func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision) (written, error) {
+	desired := s.desired(read.secret, d)
+	if read.secret == nil {
+		if err := s.writer.Create(ctx, desired); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// Someone created it between our read and our write: decide again.
+				return written{}, apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
+			}
+			return written{}, fmt.Errorf("creating gateway secret %s: %w", s.gatewayKey, err)
+		}
+		s.wrote(desired)
+		return written{secret: desired, wrote: true, restored: read.restoring()}, nil
+	}
+	if unchanged(read.secret, desired) {
+		return written{secret: read.secret}, nil
+	}
+	if progressOnly(read.secret, desired) {
+		if wait := progressEvery - s.clock.Since(s.lastWrite); wait > 0 {
+			return written{secret: read.secret, deferred: wait}, nil
+		}
+	}
+	if err := s.writer.Update(ctx, desired); err != nil {
+		if apierrors.IsConflict(err) {
+			return written{}, err
+		}
+		return written{}, fmt.Errorf("updating gateway secret %s: %w", s.gatewayKey, err)
+	}
+	s.wrote(desired)
+	return written{secret: desired, wrote: true}, nil
+}
+
+// desired is the gateway Secret holding d, built on current when it exists.
+func (s *gatewayStore) desired(current *corev1.Secret, d bundle.Decision) *corev1.Secret {
+	desired := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.gatewayKey.Namespace, Name: s.gatewayKey.Name},
+		Type:       corev1.SecretTypeTLS,
+	}
+	if current != nil {
+		desired = current.DeepCopy()
+	}
+	desired.Annotations = mergeAnnotations(desired.Annotations, d.State.Annotations())
+	if desired.Data == nil {
+		desired.Data = map[string][]byte{}
+	}
+	desired.Data[corev1.TLSCertKey] = d.CertPEM
+	desired.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
+	desired.Data[caKey] = d.CAPEM
+	return desired
+}
+
+// wrote remembers the Secret just written.
+func (s *gatewayStore) wrote(obj *corev1.Secret) {
+	s.lastWrite, s.gatewayRV, s.remembered = s.clock.Now(), obj.ResourceVersion, obj
+}
+
+// mergeAnnotations replaces dualca's annotations and keeps everyone else's.
+func mergeAnnotations(existing, ours map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range existing {
+		if !strings.HasPrefix(k, bundle.AnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	maps.Copy(out, ours)
+	return out
+}
+
+// progressOnly reports whether b differs from a in the client progress
+// annotation alone.
+func progressOnly(a, b *corev1.Secret) bool {
+	withoutProgress := func(s *corev1.Secret) *corev1.Secret {
+		c := s.DeepCopy()
+		delete(c.Annotations, bundle.AnnotationClients)
+		return c
+	}
+	return a.Annotations[bundle.AnnotationClients] != b.Annotations[bundle.AnnotationClients] &&
+		unchanged(withoutProgress(a), withoutProgress(b))
+}
+
+func unchanged(a, b *corev1.Secret) bool {
+	if !maps.Equal(a.Annotations, b.Annotations) || len(a.Data) != len(b.Data) {
+		return false
+	}
+	for k, v := range a.Data {
+		if w, ok := b.Data[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// caKey is the trust-bundle key that cert-manager and Istio both use.
+const caKey = "ca.crt"
