@@ -162,9 +162,9 @@ func goModRequires(t *testing.T) map[string]string {
 // TestTheBuildIsReproducible builds the image a second time into another
 // directory and gets the same digest; then builds it with one source file
 // changed (through go build's -overlay, so the tree is not touched) and
-// gets another image for that platform. The Go build cache is warm here; that two builds from
-// empty caches agree too is shown by hand: two `make image` runs, each
-// with an empty GOCACHE.
+// gets another image for that platform. The Go build cache is warm here;
+// that two builds from empty caches agree too is shown by hand: two `make
+// image` runs, each with an empty GOCACHE.
 func TestTheBuildIsReproducible(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
