@@ -17,6 +17,16 @@ include test/tools/tools.mk
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export HELM := $(BIN)/helm
 
+# dualca's version is the chart's appVersion, so that the image's version
+# label, `dualca version` and the chart agree; the revision and the creation
+# time are the commit's, so that two builds of a commit are the same image.
+VERSION           ?= $(shell awk '$$1 == "appVersion:" { gsub(/"/, "", $$2); print $$2 }' charts/dualca/Chart.yaml)
+CHART_VERSION     ?= $(shell awk '$$1 == "version:" { print $$2 }' charts/dualca/Chart.yaml)
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+LDFLAGS           := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+IMAGE_DIR         := $(BIN)/image
+
 GO_SOURCES := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './bin/*') go.mod go.sum
 
 .PHONY: help
@@ -25,18 +35,29 @@ help: ## list the targets
 
 $(BIN)/dualca: $(GO_SOURCES)
 	@mkdir -p $(BIN)
-	$(GO) build -o $@ ./cmd/dualca
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/dualca
 
 .PHONY: build
 build: $(BIN)/dualca ## build bin/dualca
 
+.PHONY: image
+image: $(BIN)/ocibuild ## build the OCI image index (linux/amd64, linux/arm64) into bin/image/oci, SBOMs in bin/image/sbom; prints its digest last
+	@$(BIN)/ocibuild build -out $(IMAGE_DIR) -version $(VERSION) -revision $(REVISION) -created $(SOURCE_DATE_EPOCH)
+
+.PHONY: push
+push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOMs) and the chart (oci://REGISTRY/charts) to REGISTRY=host[:port][/path]
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=host[:port][/path]"; exit 2; }
+	$(BIN)/ocibuild push -layout $(IMAGE_DIR)/oci -ref $(REGISTRY)/dualca:$(VERSION)
+	$(BIN)/helm package charts/dualca --destination $(IMAGE_DIR)/chart
+	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
+
 .PHONY: test
-test: control-plane cert-manager helm promtool ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
+test: control-plane cert-manager helm promtool image-tools ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls|chart|alerts|metrics)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|mtls|chart|alerts|metrics|image)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -45,6 +66,10 @@ test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+
+.PHONY: test-image
+test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
+	$(GO) test -count=1 -timeout 10m -v ./test/image/ 2>&1 | grep -vE '^\s+(\{"level"|>)'
 
 .PHONY: test-race
 test-race: control-plane cert-manager helm promtool ## every test under the race detector (the model test shortened)

@@ -27,6 +27,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	logger := zapr.NewLogger(ctrlzap.NewRaw(ctrlzap.UseFlagOptions(&opts.Zap)))
 	ctrl.SetLogger(logger)
+	build := currentBuild()
+	logger.Info("dualca version", "version", build.Version, "revision", build.Revision, "goVersion", build.GoVersion)
+	if err := registerBuildInfo(metrics.Registry, build); err != nil {
+		return err
+	}
 
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {

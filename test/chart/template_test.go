@@ -3,6 +3,7 @@ package chart
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -223,6 +224,12 @@ func TestTemplate(t *testing.T) {
 					corev1.ContainerPort{Name: "dualca-metrics", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}))
 			},
 		},
+		"a digest wins over the tag": {
+			values: minimal + "image: {repository: registry.example/dualca, tag: v9.9.9, digest: sha256:" + strings.Repeat("ab", 32) + "}\n",
+			check: func(g *WithT, m manifest) {
+				g.Expect(m.deployment(g).Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example/dualca@sha256:" + strings.Repeat("ab", 32)))
+			},
+		},
 		"every value reaches its flag": {
 			values: clientsLegacy + `
 image: {repository: registry.example/dualca, tag: v9.9.9, pullPolicy: Always}
@@ -378,6 +385,7 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		"leader election as a string":        {values: minimal + "leaderElection: {enabled: \"true\"}\n", wantErr: "/leaderElection/enabled"},
 		"a port out of range":                {values: minimal + "metrics: {port: 70000}\n", wantErr: "/metrics/port"},
 		"an unknown log level":               {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
+		"a digest without its algorithm":     {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
 		"a misspelt key":                     {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
 		"client namespaces without selector": {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
 		"the gateway is the root":            {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},

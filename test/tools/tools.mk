@@ -140,4 +140,33 @@ $(BIN)/golangci-lint: $(TOOLS_MK_DIR)/golangci-lint/go.mod $(TOOLS_MK_DIR)/golan
 .PHONY: golangci-lint
 golangci-lint: $(BIN)/golangci-lint ## build golangci-lint into ./bin from Go modules (for make lint)
 
+# --- image tools (make image, make push, and the tests in test/image) -------
+# ocibuild (test/tools/ocibuild) builds dualca's OCI image index with
+# github.com/google/go-containerregistry and pushes it; registry is the CNCF
+# distribution registry with its filesystem driver only
+# (test/tools/registry), started by the image tests on 127.0.0.1; runc runs
+# the image there. runc is the only tool that needs cgo (its nsenter part is
+# C): the machine's gcc builds it, and no libseccomp is needed since the
+# seccomp build tag is off.
+REGISTRY_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/registry/go.mod,github.com/distribution/distribution/v3)
+RUNC_VERSION     ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/runc/go.mod,github.com/opencontainers/runc)
+
+$(BIN)/ocibuild: $(TOOLS_MK_DIR)/ocibuild/go.mod $(TOOLS_MK_DIR)/ocibuild/go.sum $(wildcard $(TOOLS_MK_DIR)/ocibuild/*.go)
+	@mkdir -p $(@D)
+	@echo "building ocibuild (go-containerregistry) from Go modules (under a minute, once)"
+	cd $(TOOLS_MK_DIR)/ocibuild && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w' -o $@.tmp . && mv -f $@.tmp $@
+
+$(BIN)/registry: $(TOOLS_MK_DIR)/registry/go.mod $(TOOLS_MK_DIR)/registry/go.sum $(TOOLS_MK_DIR)/registry/main.go
+	@mkdir -p $(@D)
+	@echo "building the distribution registry $(REGISTRY_VERSION) from Go modules (a few minutes, once)"
+	cd $(TOOLS_MK_DIR)/registry && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(REGISTRY_VERSION)' -o $@.tmp . && mv -f $@.tmp $@
+
+$(BIN)/runc: $(TOOLS_MK_DIR)/runc/go.mod $(TOOLS_MK_DIR)/runc/go.sum $(TOOLS_MK_DIR)/runc/tools.go
+	@mkdir -p $(@D)
+	@echo "building runc $(RUNC_VERSION) from Go modules (about a minute, once)"
+	cd $(TOOLS_MK_DIR)/runc && GOWORK=off CGO_ENABLED=1 $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w -X main.version=$(patsubst v%,%,$(RUNC_VERSION))' -o $@.tmp github.com/opencontainers/runc && mv -f $@.tmp $@
+
+.PHONY: image-tools
+image-tools: $(BIN)/ocibuild $(BIN)/registry $(BIN)/runc ## build ocibuild, the distribution registry and runc into ./bin from Go modules (for make image and the image tests)
+
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))

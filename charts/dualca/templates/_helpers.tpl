@@ -129,6 +129,15 @@ dualca-{{ .Values.gatewaySecret.name }}
 {{- end }}
 {{- end -}}
 
+{{/* dualca.image is repository@digest when a digest is set, else repository:tag (the appVersion by default). */}}
+{{- define "dualca.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
 {{/*
 dualca.container is dualca's container, as one item of a containers list.
 Another chart runs dualca as a sidecar of its gateway with it: make this
@@ -146,7 +155,7 @@ including pod's is not this chart's to set.
 {{- define "dualca.container" -}}
 {{- include "dualca.validate" . -}}
 - name: dualca
-  image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  image: {{ include "dualca.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   args:
     {{- include "dualca.args" . | nindent 4 }}
