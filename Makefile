@@ -31,7 +31,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(BIN)/dualca: $(GO_SOURCES)
 	@mkdir -p $(BIN)
