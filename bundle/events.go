@@ -33,7 +33,7 @@ const (
 	ReasonGatewayRestored = "GatewayRestored"
 	// ReasonServerCredentialFailed: no server certificate could be issued;
 	// the root itself is presented instead.
-	ReasonServerCredentialFailed = "ServerCredentialFailed"
+	ReasonServerCredentialFailed = "ServerCredentialFailed" //nolint:gosec // G101: an event reason, not a credential
 	// ReasonCrossSignFailed: a cross-certificate could not be issued, so
 	// clients of the new root may not verify the server until it switches.
 	ReasonCrossSignFailed = "CrossSignFailed"

@@ -128,8 +128,8 @@ func (p *Process) waitReady(addr string) error {
 	deadline := time.Now().Add(readyTimeout)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	last := "no answer yet"
 	for {
+		var last string
 		resp, err := client.Get("http://" + addr + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
@@ -142,7 +142,7 @@ func (p *Process) waitReady(addr string) error {
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("exited before it was ready: %v", p.err)
+			return fmt.Errorf("exited before it was ready: %w", p.err)
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
