@@ -1,7 +1,6 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/run"
 )
 
 var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
@@ -82,7 +82,7 @@ type (
 // registry is a running distribution registry.
 type registry struct {
 	addr string // host:port on 127.0.0.1
-	log  *bytes.Buffer
+	log  *run.Buffer
 }
 
 var sharedRegistry struct {
@@ -113,9 +113,9 @@ storage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}
 http: {addr: %q}
 `, filepath.Join(dir, "data"), addr)
 	g.Expect(os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600)).To(Succeed())
-	r := &registry{addr: addr, log: &bytes.Buffer{}}
+	r := &registry{addr: addr, log: &run.Buffer{}}
 	cmd := exec.Command(tool(t, "registry"), "serve", filepath.Join(dir, "config.yml"))
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: r.log}, &lockedWriter{w: r.log}
+	cmd.Stdout, cmd.Stderr = r.log, r.log
 	g.Expect(cmd.Start()).To(Succeed())
 	atShutdown(func() {
 		_ = cmd.Process.Kill()
@@ -133,17 +133,6 @@ http: {addr: %q}
 	return r
 }
 
-// lockedWriter lets a process's stdout and stderr share a buffer.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
 
 // get fetches /v2/dualca/{kind}/{ref} with accept as the Accept header and
 // checks that what came back has the digest it was asked for (when ref is

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/run"
 )
 
 // kubeconfigDir is where the container finds its kubeconfig: the one
@@ -158,14 +159,14 @@ func writeRuncConfig(t *testing.T, bundle string, cfg imageConfig, args []string
 // process.
 type container struct {
 	runc, root, id string
-	log            *bytes.Buffer
+	log            *run.Buffer
 }
 
 func startContainer(t *testing.T, bundle string) *container {
 	g := NewWithT(t)
-	c := &container{runc: tool(t, "runc"), root: filepath.Join(bundle, "state"), id: fmt.Sprintf("dualca-test-%d", os.Getpid()), log: &bytes.Buffer{}}
+	c := &container{runc: tool(t, "runc"), root: filepath.Join(bundle, "state"), id: fmt.Sprintf("dualca-test-%d", os.Getpid()), log: &run.Buffer{}}
 	cmd := exec.Command(c.runc, "--root", c.root, "run", "--bundle", bundle, c.id)
-	w := &lockedWriter{w: c.log}
+	w := c.log
 	cmd.Stdout, cmd.Stderr = w, w
 	g.Expect(cmd.Start()).To(Succeed())
 	t.Cleanup(func() {
