@@ -133,7 +133,6 @@ http: {addr: %q}
 	return r
 }
 
-
 // get fetches /v2/dualca/{kind}/{ref} with accept as the Accept header and
 // checks that what came back has the digest it was asked for (when ref is
 // one).
