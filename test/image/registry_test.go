@@ -165,6 +165,19 @@ func (r *registry) get(ctx context.Context, kind, ref, accept string) ([]byte, s
 	return body, resp.Header.Get("Content-Type"), nil
 }
 
+// getJSON is get for a JSON document, decoded into into; the raw document
+// is returned too, for error messages.
+func (r *registry) getJSON(ctx context.Context, kind, ref, accept string, into any) ([]byte, error) {
+	raw, _, err := r.get(ctx, kind, ref, accept)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return nil, fmt.Errorf("GET %s %s: %w", kind, ref, err)
+	}
+	return raw, nil
+}
+
 // pulled is an image index pulled from the registry by digest, with every
 // document and blob it references.
 type pulled struct {
@@ -211,21 +224,13 @@ func (r *registry) pull(ctx context.Context, digest string) (*pulled, error) {
 }
 
 func (r *registry) pullImage(ctx context.Context, p *pulled, plat string, d descriptor) error {
-	raw, _, err := r.get(ctx, "manifests", d.Digest, d.MediaType)
-	if err != nil {
-		return err
-	}
 	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if _, err := r.getJSON(ctx, "manifests", d.Digest, d.MediaType, &m); err != nil {
 		return err
 	}
 	p.manifests[plat] = m
-	raw, _, err = r.get(ctx, "blobs", m.Config.Digest, "")
-	if err != nil {
-		return err
-	}
 	var cfg imageConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
+	if _, err := r.getJSON(ctx, "blobs", m.Config.Digest, "", &cfg); err != nil {
 		return err
 	}
 	p.configs[plat] = cfg
@@ -240,12 +245,9 @@ func (r *registry) pullImage(ctx context.Context, p *pulled, plat string, d desc
 }
 
 func (r *registry) pullSBOM(ctx context.Context, subject string) ([]byte, error) {
-	raw, _, err := r.get(ctx, "manifests", strings.Replace(subject, ":", "-", 1), indexType)
-	if err != nil {
-		return nil, err
-	}
 	var referrers manifest
-	if err := json.Unmarshal(raw, &referrers); err != nil {
+	raw, err := r.getJSON(ctx, "manifests", strings.Replace(subject, ":", "-", 1), indexType, &referrers)
+	if err != nil {
 		return nil, err
 	}
 	var found []descriptor
@@ -257,12 +259,8 @@ func (r *registry) pullSBOM(ctx context.Context, subject string) ([]byte, error)
 	if len(found) != 1 {
 		return nil, fmt.Errorf("%d SPDX referrers, want 1: %s", len(found), raw)
 	}
-	raw, _, err = r.get(ctx, "manifests", found[0].Digest, manifestType)
-	if err != nil {
-		return nil, err
-	}
 	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if raw, err = r.getJSON(ctx, "manifests", found[0].Digest, manifestType, &m); err != nil {
 		return nil, err
 	}
 	if m.Subject == nil || m.Subject.Digest != subject || len(m.Layers) != 1 || m.Layers[0].MediaType != spdxType {
