@@ -87,8 +87,13 @@ type Signatures struct {
 	seen map[[2][sha256.Size]byte]bool
 }
 
-// maxSignatures bounds the memory of a Signatures: about 100 bytes an entry.
-const maxSignatures = 1 << 16
+// maxSignatures bounds the memory of a Signatures: about 100 bytes an
+// entry, 26 MB when full. A reconcile asks about each client's leaf and
+// each root of the bundle (the per-root client gauge does), so the bound
+// must hold every pair at once: when the pairs outnumber it, every
+// reconcile refills it and checks every signature again. 2^18 holds 50,000
+// clients with five roots.
+const maxSignatures = 1 << 18
 
 // NewSignatures returns an empty Signatures.
 func NewSignatures() *Signatures {
