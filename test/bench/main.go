@@ -36,8 +36,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
@@ -163,6 +165,9 @@ func stepNames() []string {
 }
 
 func run(ctx context.Context, o options) error {
+	// Libraries that log through controller-runtime (envtest installing
+	// CRDs) say nothing the report needs.
+	logf.SetLogger(logr.Discard())
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
@@ -183,7 +188,8 @@ func run(ctx context.Context, o options) error {
 	b.report.describe(root)
 	if o.only != "bundle" {
 		b.log("starting kube-apiserver and etcd")
-		c, err := cluster.Start(ctx, cluster.Options{WithoutCertManager: true, NoSignalHandler: true})
+		// cert-manager's waits are long: it issues thousands on two cores.
+		c, err := cluster.Start(ctx, cluster.Options{WithoutCertManager: true, NoSignalHandler: true, Timeout: 5 * time.Minute})
 		if err != nil {
 			return err
 		}
@@ -224,11 +230,11 @@ func run(ctx context.Context, o options) error {
 	if o.only != "" {
 		return b.report.write(os.Stdout, "")
 	}
-	plot := filepath.Join(root, o.plot)
+	plot, out := inRepo(root, o.plot), inRepo(root, o.out)
 	if err := b.report.plot(plot); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(root, o.out))
+	f, err := os.Create(out)
 	if err != nil {
 		return err
 	}
@@ -241,6 +247,14 @@ func run(ctx context.Context, o options) error {
 	}
 	b.log("wrote %s and %s", o.out, o.plot)
 	return nil
+}
+
+// inRepo is path, relative to the repository unless absolute.
+func inRepo(root, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(root, path)
 }
 
 // intList is a comma-separated list of numbers, as a flag.

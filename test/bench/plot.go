@@ -88,7 +88,6 @@ func (r *report) propagationPlot() (*plot.Plot, error) {
 		p.Legend.Add(fmt.Sprintf("%s p99 %s", res.system, ms(distributionOf(res.samples).p99)), l)
 	}
 	p.Legend.Top, p.Legend.Left = false, false
-	p.Legend.YOffs = -vg.Centimeter * 2
 	p.X.Min = 0
 	return p, nil
 }

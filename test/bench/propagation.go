@@ -123,7 +123,7 @@ func (r *propagationRun) result(roots []*certs.CA) propagationResult {
 		fps[i] = bundle.Fingerprint(c.Cert)
 	}
 	versions := r.target.since(r.mark)
-	res := propagationResult{system: r.system}
+	res := propagationResult{system: r.system, versions: len(versions)}
 	arrived := time.Time{} // when the previous root arrived
 	for i := 1; i < len(roots); i++ {
 		if r.acked[i].IsZero() {
@@ -158,6 +158,6 @@ type propagationResult struct {
 	system  string
 	samples []time.Duration
 	// overlapping counts the rotations written before the previous root
-	// had reached the target.
-	overlapping int
+	// had reached the target; versions the target's versions meanwhile.
+	overlapping, versions int
 }

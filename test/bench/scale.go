@@ -20,6 +20,7 @@ import (
 // Last, 10,000 cert-manager-labelled Secrets that belong to no selected
 // client join a client namespace, and the memory is measured again.
 func (b *bench) scale(ctx context.Context) error {
+	b.report.touches = b.opts.touches
 	for i, n := range b.opts.scale {
 		last := i == len(b.opts.scale)-1
 		pt, err := b.scalePoint(ctx, n, last)
