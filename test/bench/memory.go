@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -323,15 +322,5 @@ func settledRSS(ctx context.Context, p *process) (int64, error) {
 
 // memorySamples are taken 250 ms apart.
 const memorySamples = 20
-
-// gauge reads an unlabelled sample from a scrape.
-func gauge(scrape, name string) (float64, error) {
-	for line := range strings.SplitSeq(scrape, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in the scrape", name)
-}
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
