@@ -11,14 +11,14 @@ import (
 	"github.com/dualca/dualca/test/controlplane"
 )
 
-// bundleBenchmarks runs the go test benchmarks of the bundle package five
+// bundleBenchmarks runs the go test benchmarks of the bundle package three
 // times each (once in a quick run) and keeps the medians.
 func (b *bench) bundleBenchmarks(ctx context.Context) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
-	count := "5"
+	count := "3"
 	if b.opts.quick {
 		count = "1"
 	}
