@@ -14,6 +14,9 @@ FUZZTIME ?= 1m
 
 include test/tools/tools.mk
 
+# The Kubernetes version the tests run against (make test KUBE_VERSION=v1.34.4;
+# default: the newest of KUBE_VERSIONS, see test/tools/tools.mk).
+export KUBE_VERSION
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export HELM := $(BIN)/helm
 
@@ -78,6 +81,10 @@ test-race: control-plane cert-manager helm promtool ## every test under the race
 .PHONY: test-chart
 test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run it on a real API server
 	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
+
+.PHONY: test-compat
+test-compat: control-planes cert-manager helm ## against each supported Kubernetes version in turn: integration, e2e rotations (both strategies), RBAC e2e, the chart on the API server; writes docs/compatibility.md (warm about 17 min; each kube-apiserver not built yet adds about 6 min)
+	$(GO) run ./test/compat -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
 
 .PHONY: fuzz
 fuzz: ## fuzz the PEM parser, root validation and decisions on a hand-edited gateway Secret for FUZZTIME each (default 1m)
