@@ -55,7 +55,7 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
 .PHONY: test
-test: control-plane cert-manager helm promtool image-tools ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
+test: control-plane cert-manager helm promtool image-tools ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS)
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit

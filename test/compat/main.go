@@ -204,6 +204,11 @@ func commit() string {
 func write(path string, rep *report) error {
 	t, err := template.New("page").Funcs(template.FuncMap{
 		"duration": func(d time.Duration) string { return d.Round(time.Second).String() },
+		// v1.34.4 -> 1.34
+		"minor": func(v string) string {
+			parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+			return strings.Join(parts[:min(2, len(parts))], ".")
+		},
 	}).Parse(page)
 	if err != nil {
 		return fmt.Errorf("parsing the report's template: %w", err)
