@@ -44,7 +44,8 @@ var suites = []suite{
 	{Name: "e2e rotations", pkg: "./test/e2e/",
 		run: "^(TestZeroDowntimeRotationsFailNoHandshake|TestLegacyRotationsCutClientsOffAndConverge)$"},
 	{Name: "RBAC e2e", pkg: "./test/e2e/", run: "^TestChartRBAC"},
-	{Name: "chart", pkg: "./test/chart/", run: "^TestTheAPIServerAcceptsEveryRenderedObject$"},
+	{Name: "chart", pkg: "./test/chart/",
+		run: "^(TestTheAPIServerAcceptsEveryRenderedObject|TestTheChartInstallsUpgradesAndUninstalls)$"},
 }
 
 // result is one cell of the matrix.
