@@ -79,7 +79,7 @@ test-race: control-plane cert-manager helm promtool ## every test under the race
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart
-test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run it on a real API server
+test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run, install, upgrade and uninstall it on a real API server
 	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
 
 .PHONY: test-compat
