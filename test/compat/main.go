@@ -69,6 +69,7 @@ type report struct {
 	CertManager, Etcd         string
 	Oldest, Newest            string
 	ClientGo                  string // the client-go dualca is built with
+	Partial                   bool   // some supported versions did not run
 	Took                      time.Duration
 }
 
@@ -100,7 +101,7 @@ func run(k8sBin, versionList, certManager, etcdVersion, out string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep := &report{Suites: suites, CertManager: certManager, Etcd: etcdVersion,
-		Oldest: versions[0], Newest: versions[len(versions)-1], ClientGo: dependency("k8s.io/client-go"),
+		Oldest: all[0], Newest: all[len(all)-1], Partial: len(versions) < len(all), ClientGo: dependency("k8s.io/client-go"),
 		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(),
 		Go: runtime.Version(), Machine: fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())}
 	start := time.Now()
