@@ -219,7 +219,7 @@ func write(path string, rep *report) error {
 	if err := t.Execute(&b, rep); err != nil {
 		return fmt.Errorf("rendering the report: %w", err)
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil { //nolint:gosec // G306: a document of the repository, read by everyone
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	return nil
