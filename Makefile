@@ -83,7 +83,7 @@ test-chart: control-plane helm promtool ## lint and render the Helm chart, check
 	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
 
 .PHONY: test-compat
-test-compat: control-planes cert-manager helm ## against each supported Kubernetes version in turn: integration, e2e rotations (both strategies), RBAC e2e, the chart on the API server; writes docs/compatibility.md (about 12 min; each kube-apiserver not built yet adds about 7 min 30 s, once)
+test-compat: control-planes cert-manager helm ## against each supported Kubernetes version in turn: integration, e2e rotations (both strategies), RBAC e2e, the chart on the API server; writes docs/compatibility.md (about 7 min; each kube-apiserver not built yet adds 7 to 9 min, once)
 	$(GO) run ./test/compat -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
 
 .PHONY: fuzz
