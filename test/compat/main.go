@@ -69,6 +69,7 @@ type report struct {
 	CertManager, Etcd         string
 	Oldest, Newest            string
 	ClientGo                  string // the client-go dualca is built with
+	CertManagerAPI            string // the cert-manager module of dualca's go.mod
 	Partial                   bool   // some supported versions did not run
 	Took                      time.Duration
 }
@@ -102,7 +103,8 @@ func run(k8sBin, versionList, certManager, etcdVersion, out string) error {
 	defer stop()
 	rep := &report{Suites: suites, CertManager: certManager, Etcd: etcdVersion,
 		Oldest: all[0], Newest: all[len(all)-1], Partial: len(versions) < len(all), ClientGo: dependency("k8s.io/client-go"),
-		Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(),
+		CertManagerAPI: dependency("github.com/cert-manager/cert-manager"),
+		Date:           time.Now().UTC().Format("2006-01-02 15:04 UTC"), Commit: commit(),
 		Go: runtime.Version(), Machine: fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())}
 	start := time.Now()
 	var failed []string
