@@ -20,7 +20,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,17 +176,13 @@ func (s suite) runOn(ctx context.Context, v, assets string) result {
 	return result{Passed: err == nil, Took: took}
 }
 
-// dependency is the version of module path this program was built with,
-// the same as dualca's since both belong to the repository's module.
+// dependency is the version of module path that dualca's go.mod requires.
 func dependency(path string) string {
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range info.Deps {
-			if d.Path == path {
-				return d.Version
-			}
-		}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", path).Output()
+	if err != nil {
+		return "(unknown version)"
 	}
-	return "(unknown version)"
+	return strings.TrimSpace(string(out))
 }
 
 // commit is the commit the run tested, with -dirty when the work tree had
