@@ -129,7 +129,9 @@ func ExpectKubeVersion(cfg *rest.Config) error {
 		return fmt.Errorf("asking the API server its version: %w", err)
 	}
 	if info.GitVersion != want {
-		return fmt.Errorf("the API server is %s, not %s as $%s asks: rebuild it (make control-plane)", info.GitVersion, want, KubeVersionEnv)
+		dir, _ := Assets()
+		return fmt.Errorf("the API server is %s, not %s as $%s asks: %s holds another build (remove it, then make control-plane)",
+			info.GitVersion, want, KubeVersionEnv, dir)
 	}
 	return nil
 }
