@@ -68,7 +68,7 @@ func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	p.cmd = exec.Command(bin, append(args, "--kubeconfig="+kubeconfig)...)
 	// One writer for both: exec then copies both through one pipe, in order.
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := startChild(p.cmd); err != nil {
+	if err := StartChild(p.cmd); err != nil {
 		t.Fatalf("starting dualca: %v", err)
 	}
 	p.Pid = p.cmd.Process.Pid
