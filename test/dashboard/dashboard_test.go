@@ -142,8 +142,11 @@ func rotated(ctx context.Context, g *WithT, c *cluster.Cluster, prom *promserver
 		return gw.Annotations, err
 	}).Should(And(HaveKeyWithValue(bundle.AnnotationRoot, fp), HaveKeyWithValue(bundle.AnnotationServer, fp),
 		HaveKeyWithValue(bundle.AnnotationPhase, string(bundle.PhaseSteady))), "the rotation to root %s is over", bundle.Short(fp))
-	over := fmt.Sprintf(`dualca_phase{phase="Steady"} == 1 and on () dualca_bundle_roots == 1 and on () dualca_clients{state="renewed"} == %d`+
-		` and on () dualca_root_expiry_timestamp_seconds{root=%q, role="current"}`, clients, bundle.Short(fp))
+	// Steady at every scrape of the last few seconds, so that the end of
+	// the rotation is in every range query up to now.
+	over := fmt.Sprintf(`min_over_time(dualca_phase{phase="Steady"}[%s]) == 1 and on () dualca_bundle_roots == 1`+
+		` and on () dualca_clients{state="renewed"} == %d and on () dualca_root_expiry_timestamp_seconds{root=%q, role="current"}`,
+		promDuration(5*scrape), clients, bundle.Short(fp))
 	g.Eventually(func() (model.Vector, error) { return instant(ctx, prom, over, time.Now()) }).ShouldNot(BeEmpty(),
 		"Prometheus has scraped the end of the rotation to root %s", bundle.Short(fp))
 }
