@@ -71,6 +71,10 @@ test-integration: control-plane ## run the integration tests against the local c
 test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
 	$(GO) test -count=1 -timeout 10m -v ./test/image/ 2>&1 | grep -vE '^\s+(\{"level"|>)'
 
+.PHONY: dashboard-png
+dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard test against a real Prometheus and draw docs/dashboard.png from the series it queried
+	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
+
 .PHONY: test-race
 test-race: control-plane cert-manager helm promtool prometheus ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
