@@ -105,7 +105,7 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	t.Logf("DualcaRotationLag resolved at %s, once dualca could write the gateway Secret", time.Now().UTC().Format(time.RFC3339))
 
 	// The rotation then runs its course, and Prometheus sees the end.
-	rotated(ctx, g, c, prom, r2)
+	rotated(ctx, g, c, prom, r2, scrape)
 
 	// A second rotation, not held: the one whose panels are checked. The
 	// counters that the first rotation of a process creates (renewals by
@@ -113,7 +113,7 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	second := time.Now()
 	r3, err := c.RotateRoot(ctx, ns, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
-	rotated(ctx, g, c, prom, r3)
+	rotated(ctx, g, c, prom, r3, 5*scrape)
 	end := time.Now()
 	during := momentOf(ctx, g, prom, `dualca_phase{phase="Renewing"} == 1`, second, end)
 	t.Logf("test from %s to %s; second rotation from %s, Renewing seen by Prometheus at %s", start.UTC().Format(time.TimeOnly),
@@ -133,8 +133,9 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 
 // rotated waits until the rotation to root is over, on the gateway Secret
 // and then in Prometheus: the root current and alone in the bundle, every
-// client renewed, Steady.
-func rotated(ctx context.Context, g *WithT, c *cluster.Cluster, prom *promserver.Server, root *x509.Certificate) {
+// client renewed, and Steady at every scrape for settle, so that the end
+// of the rotation is in every range query up to now.
+func rotated(ctx context.Context, g *WithT, c *cluster.Cluster, prom *promserver.Server, root *x509.Certificate, settle time.Duration) {
 	fp := bundle.Fingerprint(root)
 	g.Eventually(func() (map[string]string, error) {
 		gw := &corev1.Secret{}
@@ -142,11 +143,9 @@ func rotated(ctx context.Context, g *WithT, c *cluster.Cluster, prom *promserver
 		return gw.Annotations, err
 	}).Should(And(HaveKeyWithValue(bundle.AnnotationRoot, fp), HaveKeyWithValue(bundle.AnnotationServer, fp),
 		HaveKeyWithValue(bundle.AnnotationPhase, string(bundle.PhaseSteady))), "the rotation to root %s is over", bundle.Short(fp))
-	// Steady at every scrape of the last few seconds, so that the end of
-	// the rotation is in every range query up to now.
 	over := fmt.Sprintf(`min_over_time(dualca_phase{phase="Steady"}[%s]) == 1 and on () dualca_bundle_roots == 1`+
 		` and on () dualca_clients{state="renewed"} == %d and on () dualca_root_expiry_timestamp_seconds{root=%q, role="current"}`,
-		promDuration(5*scrape), clients, bundle.Short(fp))
+		promDuration(settle), clients, bundle.Short(fp))
 	g.Eventually(func() (model.Vector, error) { return instant(ctx, prom, over, time.Now()) }).ShouldNot(BeEmpty(),
 		"Prometheus has scraped the end of the rotation to root %s", bundle.Short(fp))
 }

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,34 +157,14 @@ func writeConfig(dir string, o Options) (string, error) {
 	return path, os.WriteFile(path, data, 0o600)
 }
 
-// waitReady polls /-/ready until it answers 200, failing at once if the
+// waitReady waits until /-/ready answers 200, failing at once if the
 // process exits (a bad configuration, say), and after readyTimeout.
 func (s *Server) waitReady() error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(readyTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		last := ""
-		resp, err := client.Get(s.URL + "/-/ready")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("exited before it was ready: %w\n%s", s.err, s.logs.String())
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %s: %s", readyTimeout, last)
-		}
+	err := run.WaitServing(s.URL+"/-/ready", readyTimeout, s.done)
+	if errors.Is(err, run.ErrExited) {
+		return fmt.Errorf("exited before it was ready: %w\n%s", s.err, s.logs.String())
 	}
+	return err
 }
 
 // stop sends SIGTERM and waits for the exit, killing it after 10s.
@@ -195,17 +174,11 @@ func (s *Server) stop() error {
 		return fmt.Errorf("exited before the test ended: %w", s.err)
 	default:
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+	if run.Terminate(s.cmd, s.done, 10*time.Second) {
 		return errors.New("ignored SIGTERM for 10s and was killed")
 	}
-	var exit *exec.ExitError
-	if s.err != nil && !errors.As(s.err, &exit) {
-		return s.err
+	if s.err != nil {
+		return fmt.Errorf("exited uncleanly after SIGTERM: %w", s.err)
 	}
 	return nil
 }
