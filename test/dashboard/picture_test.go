@@ -55,7 +55,7 @@ func drawDashboard(path string, got map[string]panelResults, start, end time.Tim
 			return fmt.Errorf("panel %q: %w", pp.title, err)
 		}
 		p.X.Min, p.X.Max = 0, end.Sub(start).Seconds()
-		p.X.Label.Text = "seconds since dualca started"
+		p.X.Label.Text = "seconds into the test"
 		plots = append(plots, p)
 	}
 	return plotgrid.WritePNG(path, 3, 12*vg.Centimeter, 7*vg.Centimeter, plots...)
