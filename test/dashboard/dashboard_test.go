@@ -66,6 +66,8 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	dash := loadDashboard(t)
 	checkModel(t, dash)
 
+	// Built while the control plane starts; StartProcess waits for it.
+	go func() { _, _ = run.Binary() }()
 	c := cluster.StartT(t, cluster.Options{})
 	g.Expect(c.CreateNamespace(ctx, ns)).To(Succeed())
 	_, err := c.CreateRootCA(ctx, ns, rootName)
@@ -113,7 +115,7 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	second := time.Now()
 	r3, err := c.RotateRoot(ctx, ns, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
-	rotated(ctx, g, c, prom, r3, 5*scrape)
+	rotated(ctx, g, c, prom, r3, 3*scrape)
 	end := time.Now()
 	during := momentOf(ctx, g, prom, `dualca_phase{phase="Renewing"} == 1`, second, end)
 	t.Logf("test from %s to %s; second rotation from %s, Renewing seen by Prometheus at %s", start.UTC().Format(time.TimeOnly),
