@@ -248,14 +248,15 @@ func TestTemplate(t *testing.T) {
 dashboard:
   enabled: true
   namespace: monitoring
-  labels: {grafana_dashboard: "yes", team: platform}
+  labels: {grafana_dashboard: null, my_dashboards: "yes"}
   annotations: {grafana_folder: Certificates}
 `,
 			check: func(g *WithT, m manifest) {
 				cms := all[corev1.ConfigMap](g, m, "ConfigMap")
 				g.Expect(cms).To(HaveLen(1))
 				g.Expect(cms[0].Namespace).To(Equal("monitoring"))
-				g.Expect(cms[0].Labels).To(And(HaveKeyWithValue("grafana_dashboard", "yes"), HaveKeyWithValue("team", "platform")))
+				g.Expect(cms[0].Labels).To(HaveKeyWithValue("my_dashboards", "yes"))
+				g.Expect(cms[0].Labels).NotTo(HaveKey("grafana_dashboard"), "null drops the default label")
 				g.Expect(cms[0].Annotations).To(Equal(map[string]string{"grafana_folder": "Certificates"}))
 			},
 		},
