@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,7 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	fired := waitAlert(ctx, g, prom, promv1.AlertStateFiring)
 	t.Logf("DualcaRotationLag %s since %s, value %s: %s (runbook %s)", fired.State, fired.ActiveAt.Format(time.RFC3339),
 		fired.Value, fired.Annotations["summary"], fired.Annotations["runbook_url"])
+	g.Expect(strconv.ParseFloat(fired.Value, 64)).To(BeNumerically(">", lagThreshold))
 	g.Expect(string(fired.Annotations["runbook_url"])).To(HaveSuffix("#dualcarotationlag"))
 	release()
 	waitAlert(ctx, g, prom, "")
@@ -518,8 +520,9 @@ func checkVariables(ctx context.Context, t *testing.T, prom *promserver.Server, 
 	g.Expect(seen).To(Equal(len(want)), "the namespace and job variables")
 }
 
-// checkAlertSeries reads the alert's history from the ALERTS series: it
-// fired during the test, and fires no more at its end.
+// checkAlertSeries reads the alerts' history from the ALERTS series:
+// DualcaRotationLag fired during the test and fires no more at its end, and
+// no other alert fired.
 func checkAlertSeries(ctx context.Context, t *testing.T, prom *promserver.Server, start, end time.Time) {
 	t.Helper()
 	g := NewWithT(t)
@@ -532,4 +535,13 @@ func checkAlertSeries(ctx context.Context, t *testing.T, prom *promserver.Server
 	v, err := instant(ctx, prom, expr, end)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(v).To(BeEmpty(), "not firing at the end")
+
+	// The chart's other rules stay quiet through a rotation. DualcaAbsent
+	// may be pending before the first scrape: pending is not paging.
+	others, err := rangeQuery(ctx, prom, `ALERTS{alertname!="DualcaRotationLag"}`, start, end)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, s := range others {
+		t.Logf("also seen: %s, %d samples", s.Metric, len(s.Values))
+		g.Expect(string(s.Metric["alertstate"])).NotTo(Equal("firing"), "%s fired", s.Metric["alertname"])
+	}
 }
