@@ -55,12 +55,12 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
 .PHONY: test
-test: control-plane cert-manager helm promtool image-tools ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS)
+test: control-plane cert-manager helm promtool prometheus image-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS) and the dashboard against a real Prometheus
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -74,8 +74,12 @@ test-integration: control-plane ## run the integration tests against the local c
 test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
 	$(GO) test -count=1 -timeout 10m -v ./test/image/ 2>&1 | grep -vE '^\s+(\{"level"|>)'
 
+.PHONY: dashboard-png
+dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard test against a real Prometheus and draw docs/dashboard.png from the series it queried
+	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
+
 .PHONY: test-race
-test-race: control-plane cert-manager helm promtool ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager helm promtool prometheus ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart

@@ -1,7 +1,7 @@
 # test/tools/tools.mk -- build the envtest control plane (kube-apiserver and
 # etcd) from Go modules, because setup-envtest cannot download binaries here,
-# and cert-manager's controller, helm, promtool and golangci-lint for the
-# tests and the linter.
+# and cert-manager's controller, helm, promtool, prometheus and
+# golangci-lint for the tests and the linter.
 #
 # Include it from the top-level Makefile:
 #
@@ -123,27 +123,40 @@ $(BIN)/helm: $(TOOLS_MK_DIR)/helm/go.mod $(TOOLS_MK_DIR)/helm/go.sum $(TOOLS_MK_
 .PHONY: helm
 helm: $(BIN)/helm ## build helm into ./bin from Go modules (for the chart tests)
 
-# --- promtool (for the alert tests in test/alerts) ---------------------------
-# Built inside the downloaded github.com/prometheus/prometheus module, with
-# that module's own go.mod and go.sum: its replace directives make `go
-# install` refuse it, and building it as a dependency of another module
-# would drop them. test/tools/promtool/go.mod pins the version and its go.sum
-# the checksum, so the download is verified. Only -o is written, so the
-# read-only module cache does not get in the way.
-PROMTOOL_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/promtool/go.mod,github.com/prometheus/prometheus)
-# The Go module v0.315.0 is Prometheus 3.15.0, which promtool --version prints.
-PROMTOOL_RELEASE = $(shell echo '$(PROMTOOL_VERSION)' | awk -F. '{ printf "%d.%d.%s", $$2 / 100, $$2 % 100, $$3 }')
-PROMTOOL_LDFLAGS ?= -s -w -X github.com/prometheus/common/version.Version=$(PROMTOOL_RELEASE)
+# --- promtool and the Prometheus server (test/alerts, test/dashboard) -------
+# Both are built inside the downloaded github.com/prometheus/prometheus
+# module, with that module's own go.mod and go.sum: its replace directives
+# make `go install` refuse it, and building it as a dependency of another
+# module would drop them. test/tools/promtool/go.mod pins the one version
+# both come from and its go.sum the checksum, so the download is verified.
+# Only -o is written, so the read-only module cache does not get in the way.
+# The server is built without the builtinassets tag: the tests use its HTTP
+# API, not its web UI.
+PROMETHEUS_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/promtool/go.mod,github.com/prometheus/prometheus)
+# The Go module v0.315.0 is Prometheus 3.15.0, which --version prints.
+PROMETHEUS_RELEASE = $(shell echo '$(PROMETHEUS_VERSION)' | awk -F. '{ printf "%d.%d.%s", $$2 / 100, $$2 % 100, $$3 }')
+PROMETHEUS_LDFLAGS ?= -s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)
+
+# $(call prometheus_build,command): build ./cmd/<command> of the module into $@.
+prometheus_build = cd $(TOOLS_MK_DIR)/promtool && $(TOOLS_GOENV) $(GO) mod download github.com/prometheus/prometheus && \
+	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus) && \
+	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp ./cmd/$(1) && mv -f $@.tmp $@
 
 $(BIN)/promtool: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
 	@mkdir -p $(@D)
-	@echo "building promtool $(PROMTOOL_RELEASE) from Go modules (about four minutes on two cores, once)"
-	cd $(TOOLS_MK_DIR)/promtool && $(TOOLS_GOENV) $(GO) mod download github.com/prometheus/prometheus && \
-	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus) && \
-	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(PROMTOOL_LDFLAGS)' -o $@.tmp ./cmd/promtool && mv -f $@.tmp $@
+	@echo "building promtool $(PROMETHEUS_RELEASE) from Go modules (about four minutes on two cores, once)"
+	$(call prometheus_build,promtool)
+
+$(BIN)/prometheus: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
+	@mkdir -p $(@D)
+	@echo "building prometheus $(PROMETHEUS_RELEASE) from Go modules (a few minutes on two cores, once)"
+	$(call prometheus_build,prometheus)
 
 .PHONY: promtool
 promtool: $(BIN)/promtool ## build promtool into ./bin from Go modules (for the alert tests)
+
+.PHONY: prometheus
+prometheus: $(BIN)/prometheus ## build the Prometheus server into ./bin from Go modules (for the dashboard test)
 
 # --- golangci-lint (for make lint) ------------------------------------------
 # cmd/golangci-lint is a main package: test/tools/golangci-lint/tools.go pins
