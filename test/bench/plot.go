@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"slices"
 	"time"
 
@@ -11,8 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dualca/dualca/test/plotgrid"
 )
 
 // colors of the processes, the same in every panel.
@@ -40,24 +39,7 @@ func (r *report) plot(path string) error {
 	if len(panels) == 0 {
 		return nil
 	}
-	cols := min(3, len(panels))
-	rows := (len(panels) + cols - 1) / cols
-	img := vgimg.New(vg.Length(cols)*13*vg.Centimeter, vg.Length(rows)*10*vg.Centimeter)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Centimeter, PadY: vg.Centimeter, PadTop: vg.Millimeter * 3,
-		PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	for i, p := range panels {
-		p.Draw(tiles.At(dc, i%cols, i/cols))
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return plotgrid.WritePNG(path, 3, 13*vg.Centimeter, 10*vg.Centimeter, panels...)
 }
 
 func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
