@@ -80,11 +80,11 @@ type Monitor struct {
 	// followed a legacy one; inherited counts the clients it failed.
 	adopted   string
 	inherited int
-	open           map[string]Race // client name -> its race still open
-	races          []Race          // closed races, up to maxKept
-	raceCount      int
-	history        []map[string]string
-	firsts         map[string]time.Time
+	open      map[string]Race // client name -> its race still open
+	races     []Race          // closed races, up to maxKept
+	raceCount int
+	history   []map[string]string
+	firsts    map[string]time.Time
 }
 
 // client is one client Secret as the monitor last saw it.
