@@ -40,8 +40,8 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("# Soak run")
 	w("")
 	w("Rotations and faults at random moments, against a gateway and clients that load every Secret version %s late. "+
-		"Written by `make soak DURATION=%v CLIENTS=%d` (test/soak) on commit %s, %s, on the development machine (2 cores).",
-		lag.String(), *duration, len(o.fleet.Clients), strings.TrimSpace(string(rev)), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+		"Written by `TestSoak` (test/soak) with `-soak.duration=%v -soak.clients=%d` (what `make soak DURATION=%v CLIENTS=%d` runs) on commit %s, %s, on the development machine (2 cores, shared).",
+		lag.String(), *duration, len(o.fleet.Clients), *duration, len(o.fleet.Clients), strings.TrimSpace(string(rev)), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	w("Two dualca replicas elect a leader; `--trust-propagation-delay=%v`, `--server-switch-grace=%v`; a root rotation every %s, a fault every %s; each client handshakes every %v.",
 		propagationDelay(), switchGrace, rotate.String(), faults.String(), interval)
 	w("")

@@ -234,13 +234,17 @@ func (s *soak) startReplica(i int) {
 // client gets through.
 func (s *soak) startTraffic() {
 	delay := mtls.UniformLag(lag.lo, lag.hi)
+	// Cleanups run last first: this one stops the traffic itself before
+	// waiting for it.
+	ctx, stop := context.WithCancel(s.ctx)
 	s.gateway = mtls.NewGateway(mtls.Lagged(mtls.OneObjectWatches(s.kube, namespace), delay), gatewayName)
-	s.g.Expect(s.gateway.Start(s.ctx)).To(Succeed())
+	s.g.Expect(s.gateway.Start(ctx)).To(Succeed())
 	shared := mtls.NewSharedWatch(s.kube, namespace)
-	shared.Start(s.ctx)
+	shared.Start(ctx)
 	s.fleet = mtls.NewFleet(mtls.Lagged(shared, delay), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: interval})
-	s.fleet.Start(s.ctx)
+	s.fleet.Start(ctx)
 	s.t.Cleanup(func() {
+		stop()
 		s.fleet.Wait()
 		s.gateway.Wait()
 		shared.Wait()
