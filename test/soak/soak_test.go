@@ -91,6 +91,9 @@ const (
 	// but a rotation may land while the leader is dead and its lease (15 s)
 	// not yet taken over.
 	maxRace = 30 * time.Second
+	// retryRotation is the wait before asking again for a rotation that
+	// could not be requested.
+	retryRotation = 5 * time.Second
 	// switchGrace is long: a forced switch is for the broken client only.
 	switchGrace = 3 * time.Minute
 )
@@ -256,14 +259,18 @@ func (s *soak) startTraffic() {
 // rotations has cert-manager re-issue the root at random moments until the
 // end.
 func (s *soak) rotations() {
+	wait := rotate.draw()
 	for n := 1; ; n++ {
-		if !s.pause(rotate.draw()) {
+		if !s.pause(wait) {
 			return
 		}
 		if err := s.c.Trigger(s.ctx, namespace, rootName); err != nil {
+			// kube-apiserver away, or the root still being issued: soon again.
 			s.record(rotationSkipped, fmt.Sprintf("%d not requested: %v", n, err))
+			wait = retryRotation
 			continue
 		}
+		wait = rotate.draw()
 		s.record(rotationRequested, fmt.Sprintf("%d requested (phase %s)", n, s.mon.Current()[bundle.AnnotationPhase]))
 	}
 }
