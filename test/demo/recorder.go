@@ -159,16 +159,6 @@ func (r *recorder) first(m moment, fp string, now time.Time) bool {
 	return true
 }
 
-// nameOf names the root a leaf chains to, "an unknown root" if none seen.
-func (r *recorder) nameOf(leaf *x509.Certificate) string {
-	for _, root := range r.order {
-		if bundle.ChainsTo(leaf, root) {
-			return "issued by " + r.names[bundle.Fingerprint(root)]
-		}
-	}
-	return "issued by an unknown root"
-}
-
 func (r *recorder) onLocked(root *x509.Certificate, now time.Time) int {
 	n := 0
 	for _, c := range r.clients {

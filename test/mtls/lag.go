@@ -20,7 +20,7 @@ func UniformLag(lo, hi time.Duration) func() time.Duration {
 		if hi <= lo {
 			return hi
 		}
-		return lo + mrand.N(hi-lo+1)
+		return lo + mrand.N(hi-lo+1) //nolint:gosec // G404: a lag to simulate, not a secret
 	}
 }
 

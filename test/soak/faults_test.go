@@ -77,7 +77,9 @@ func (s *soak) faults() {
 		}
 		s.inject(kind)
 		if kind == breakIssuer {
-			healAt = time.Now().Add(rotate.draw())
+			// Sometimes longer than the grace period, so that a rotation
+			// meanwhile ends in a forced switch the broken client fails.
+			healAt = time.Now().Add(span{switchGrace / 2, switchGrace * 3 / 2}.draw())
 		}
 	}
 }

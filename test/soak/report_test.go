@@ -131,7 +131,7 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 	w("Each replica process sampled every %v from its metrics (resident memory, goroutines, open file descriptors). "+
 		"The slope is fitted over the last three quarters of the run within every process at once (each its own intercept: "+
 		"a replica killed and started again begins afresh), leaving out each one's first %v and, for a replica that took the lease, what came before. "+
-		"Bounds: %d MiB, %d goroutines, %d descriptors of growth over the window.", resourcesEvery, warmUp, rssGrowth>>20, goroutineGrowth, fdGrowth)
+		"Bounds: %d MiB, %d goroutines, %d descriptors of growth over the window.", resourcesEvery, warmUp(), rssGrowth>>20, goroutineGrowth, fdGrowth)
 	w("")
 	if !l.judged() {
 		w("No replica lived long enough in the window to be judged.")
