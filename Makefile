@@ -16,6 +16,9 @@ CLIENTS  ?= 100
 
 include test/tools/tools.mk
 
+# The Kubernetes version the tests run against (make test KUBE_VERSION=v1.34.4;
+# default: the newest of KUBE_VERSIONS, see test/tools/tools.mk).
+export KUBE_VERSION
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 export HELM := $(BIN)/helm
 
@@ -54,12 +57,12 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
 .PHONY: test
-test: control-plane cert-manager helm promtool image-tools ## run every test: unit, fuzz seeds, model, integration and end-to-end (real kube-apiserver, etcd, cert-manager, mTLS)
+test: control-plane cert-manager helm promtool prometheus image-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS) and the dashboard against a real Prometheus
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|soak)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -73,13 +76,21 @@ test-integration: control-plane ## run the integration tests against the local c
 test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
 	$(GO) test -count=1 -timeout 10m -v ./test/image/ 2>&1 | grep -vE '^\s+(\{"level"|>)'
 
+.PHONY: dashboard-png
+dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard test against a real Prometheus and draw docs/dashboard.png from the series it queried
+	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
+
 .PHONY: test-race
-test-race: control-plane cert-manager helm promtool ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager helm promtool prometheus ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart
-test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run it on a real API server
+test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run, install, upgrade and uninstall it on a real API server
 	$(GO) test -count=1 -v ./test/chart/ ./test/alerts/
+
+.PHONY: test-compat
+test-compat: control-planes cert-manager helm ## against each supported Kubernetes version in turn: integration, e2e rotations (both strategies), RBAC e2e, the chart on the API server; writes docs/compatibility.md (about 7 min; each kube-apiserver not built yet adds 7 to 9 min, once)
+	$(GO) run ./test/compat -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
 
 .PHONY: fuzz
 fuzz: ## fuzz the PEM parser, root validation and decisions on a hand-edited gateway Secret for FUZZTIME each (default 1m)

@@ -1,8 +1,10 @@
 package bundle
 
 import (
+	"bytes"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -31,8 +33,13 @@ func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
 	return c.uses(nil, root, now)
 }
 
+// on asks the client's ca.crt first: right after a rotation no client
+// trusts the new root yet, and roots of one CA share their subject, so the
+// leaf check would cost a signature check per client on the propagation
+// path, where comparing bytes says the same.
 func (c Client) on(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
-	return c.uses(sigs, root, now) && Contains(c.CA, root)
+	return root != nil && slices.ContainsFunc(c.CA, func(ca *x509.Certificate) bool { return bytes.Equal(ca.Raw, root.Raw) }) &&
+		c.uses(sigs, root, now)
 }
 
 func (c Client) uses(sigs *Signatures, root *x509.Certificate, now time.Time) bool {

@@ -81,3 +81,31 @@ type opensslError struct{ out string }
 func (e *opensslError) Error() string { return "openssl verify: " + e.out }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestAFullServerChainVerifiesWithOpenSSL: with as many cross-certificates
+// as dualca sends (roots of one CA piled up, the server on the first),
+// clients trusting only the first, a middle or the newest root verify the
+// server with OpenSSL, which takes the path link by link.
+func TestAFullServerChainVerifiesWithOpenSSL(t *testing.T) {
+	t.Parallel()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Fatal("openssl is needed to check the server chain with another verifier than Go's: apt-get install openssl")
+	}
+	g := NewWithT(t)
+	dir := t.TempDir()
+	gw, cas, _, _ := pileUp(t, bundle.MaxServerChainLinks+1, 1, 1000*time.Hour)
+	chain := parsed(t, gw.CertPEM)
+	g.Expect(chain).To(HaveLen(bundle.MaxServerChainLinks+1), "the leaf and a full chain")
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		g.Expect(os.WriteFile(p, data, 0o600)).To(Succeed())
+		return p
+	}
+	leaf, untrusted := write("leaf.pem", bundle.Encode(chain[:1])), write("untrusted.pem", bundle.Encode(chain[1:]))
+	for _, i := range []int{0, bundle.MaxServerChainLinks / 2, bundle.MaxServerChainLinks} {
+		out, err := exec.Command(openssl, "verify", "-purpose", "sslserver", "-attime", itoa(testNow.Unix()),
+			"-CAfile", write("trust.pem", cas[i].CertPEM), "-untrusted", untrusted, leaf).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "a client trusting only root %d: %s", i+1, out)
+	}
+}

@@ -53,7 +53,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	found := p.recordedServer(trusted)
 	serverRoot := found.rootOrNil()
 	st.ClientsReadyAt = p.clientsReadyAt(st, serverRoot)
-	if p.switchServer(&st, serverRoot) {
+	if p.switchServer(&st, found) {
 		serverRoot, found = root.Cert, nil
 	}
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)

@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -93,8 +92,13 @@ func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept 
 // of them. Cross-certificates are kept when they certify the server root and
 // are signed by one of roots. nil means there is no usable credential.
 func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server {
-	certs := certsIn(gw.CertPEM)
-	if len(certs) == 0 || !KeyMatches(gw.CertPEM, gw.KeyPEM) {
+	// As strict as KeyMatches, parsing tls.crt once: a chain of many links
+	// is read at every reconcile.
+	certs, err := ParseCertificates("tls.crt", gw.CertPEM)
+	if err != nil {
+		return nil
+	}
+	if key, err := parsePrivateKey("tls.key", gw.KeyPEM); err != nil || keyMismatch(certs[0], key) != "" {
 		return nil
 	}
 	s := &server{leaf: certs[0], keyPEM: gw.KeyPEM}
@@ -121,23 +125,18 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 	return s
 }
 
-// crossSigner returns the root among roots, other than root itself, that
-// signed c as a cross-certificate of root; nil if c is not one.
-func crossSigner(c, root *x509.Certificate, roots []*x509.Certificate, sigs *Signatures) *x509.Certificate {
-	if !isCA(c) || !bytes.Equal(c.RawSubject, root.RawSubject) || !bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) {
-		return nil
-	}
-	for _, r := range roots {
-		if Fingerprint(r) != Fingerprint(root) && sigs.ChainsTo(c, r) {
-			return r
-		}
-	}
-	return nil
-}
-
 // certPEM is tls.crt: the leaf, then the cross-certificates.
 func (s *server) certPEM() []byte {
 	return Encode(append([]*x509.Certificate{s.leaf}, s.crosses...))
+}
+
+// links is the number of cross-certificates of a credential found, 0 if
+// none was.
+func (s *server) links() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.crosses)
 }
 
 // rootOrNil is the server root of a credential found, nil if none was.

@@ -17,6 +17,13 @@ import (
 // root is about to expire. Without client tracking it moves when the grace
 // period ends. A missing or replaced credential is replaced (repair.go), and
 // a new gateway serves the current root at once (create.go).
+//
+// It also moves, with a Warning, when the server chain is full: tls.crt
+// already carries MaxServerChainLinks cross-certificates (crosschain.go), one
+// per rotation the server did not follow. A longer chain would cost every
+// handshake more bytes and, past about fifty links, exceed the signature
+// checks Go's verifier allows per chain, so clients of the newest roots
+// (the renewed ones) could not verify the server at all.
 
 type switchDecision struct {
 	switchNow bool
@@ -38,8 +45,8 @@ func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.T
 
 // switchServer records in st the switch decideSwitch decides, if any, and
 // reports whether the server moves to the current root now.
-func (p *planning) switchServer(st *State, serverRoot *x509.Certificate) bool {
-	sw := p.decideSwitch(serverRoot, *st)
+func (p *planning) switchServer(st *State, found *server) bool {
+	sw := p.decideSwitch(found.rootOrNil(), found.links(), *st)
 	if !sw.switchNow {
 		return false
 	}
@@ -50,9 +57,15 @@ func (p *planning) switchServer(st *State, serverRoot *x509.Certificate) bool {
 	return true
 }
 
+// MaxServerChainLinks is the most cross-certificates dualca lets tls.crt
+// carry before it switches the server to the current root: about 15 KB per
+// handshake with ECDSA P-256 roots, and well within Go's verifier's limit.
+const MaxServerChainLinks = 32
+
 // decideSwitch says whether tls.crt moves from server to the current root
-// now, and with which event.
-func (p *planning) decideSwitch(server *x509.Certificate, st State) switchDecision {
+// now, and with which event. links is the number of cross-certificates
+// tls.crt carries.
+func (p *planning) decideSwitch(server *x509.Certificate, links int, st State) switchDecision {
 	root, t, now := p.root, p.t, p.now
 	switch {
 	case server == nil && !p.gw.Exists:
@@ -65,6 +78,8 @@ func (p *planning) decideSwitch(server *x509.Certificate, st State) switchDecisi
 		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
 	case notYetValid(root.Cert, now):
 		return switchDecision{}
+	case links >= MaxServerChainLinks:
+		return forced(fmt.Sprintf("the server chain holds %d cross-certificates, the most dualca sends, one per rotation the server did not follow", links))
 	case p.clients.Tracked:
 		return p.switchForClients(st)
 	case now.Sub(st.RootAddedAt) >= t.ServerSwitchGrace:

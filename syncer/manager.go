@@ -109,7 +109,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		certs = c.clients
 	}
 	strategy := newStrategy(o, mgr.GetAPIReader(), certs, mgr.GetClient())
-	o.Metrics.strategy(strategy.Name())
+	o.Metrics.strategy(strategy)
 	store := &gatewayStore{rootKey: o.RootSecret, gatewayKey: o.GatewaySecret, api: mgr.GetAPIReader(),
 		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval}
 	if !o.DisableWatches {

@@ -103,10 +103,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 // allPhases are set to 0 or 1 together, so a query sees every phase.
 var allPhases = []string{string(bundle.PhaseBundle), string(bundle.PhaseRenewing), string(bundle.PhaseRetiring), string(bundle.PhaseSteady), legacy.Phase}
 
-// strategy records the strategy the process runs.
-func (m *Metrics) strategy(name string) {
+// strategy records the strategy the process runs, and starts its renewal
+// counters at 0: a series that first appears at its first increment hides
+// that increment from rate() and increase(), so the first renewals after a
+// start would be missing from every graph of them.
+func (m *Metrics) strategy(s Strategy) {
 	m.strategyInfo.Reset()
-	m.strategyInfo.WithLabelValues(name).Set(1)
+	m.strategyInfo.WithLabelValues(s.Name()).Set(1)
+	for _, result := range []string{renewalTriggered, renewalSkipped, renewalFailed} {
+		m.renewals.WithLabelValues(s.Name(), s.RenewalMethod(), result)
+	}
 }
 
 // decision sets the gauges that describe the gateway Secret as just

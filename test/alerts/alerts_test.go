@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/promserver"
 )
 
 // rulesFile is the name the rule tests give in rule_files: the rendered
@@ -146,15 +147,7 @@ func render(t *testing.T, release string, args ...string) (prometheusRule, []byt
 		if pr.Kind != "PrometheusRule" {
 			continue
 		}
-		var raw struct {
-			Spec struct {
-				Groups []any `json:"groups"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(doc, &raw); err != nil {
-			t.Fatal(err)
-		}
-		if file, err = yaml.Marshal(map[string]any{"groups": raw.Spec.Groups}); err != nil {
+		if file, err = promserver.RuleFile(doc); err != nil {
 			t.Fatal(err)
 		}
 		found = append(found, pr)

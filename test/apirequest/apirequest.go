@@ -21,6 +21,10 @@ type Request struct {
 	Code                                   int
 	// LabelSelector is a list's or watch's label selector, as sent.
 	LabelSelector string
+	// InitialEvents says a watch asked for the current objects first
+	// (sendInitialEvents=true): a streaming list, which client-go's
+	// informers use instead of a list where the API server supports it.
+	InitialEvents bool
 }
 
 // String is the request and its answer on one line, for a log.
@@ -75,6 +79,7 @@ func Parse(req *http.Request) (r Request, ok bool) {
 	if r.Verb == "list" || r.Verb == "watch" {
 		r.LabelSelector = q.Get("labelSelector")
 	}
+	r.InitialEvents = r.Verb == "watch" && q.Get("sendInitialEvents") == "true"
 	if r.Name == "" && (r.Verb == "list" || r.Verb == "watch") {
 		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); err == nil {
 			r.Name, _ = sel.RequiresExactMatch("metadata.name")

@@ -3,14 +3,13 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dualca/dualca/test/plotgrid"
 )
 
 // plot draws the propagation latency distribution and the memory
@@ -34,22 +33,7 @@ func (r *report) plot(path string) error {
 	if len(panels) == 0 {
 		return nil
 	}
-	img := vgimg.New(vg.Length(len(panels))*14*vg.Centimeter, 10*vg.Centimeter)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Centimeter, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3,
-		PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	for i, p := range panels {
-		p.Draw(tiles.At(dc, i, 0))
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return plotgrid.WritePNG(path, len(panels), 14*vg.Centimeter, 10*vg.Centimeter, panels...)
 }
 
 func (r *report) latencyPlot() (*plot.Plot, error) {

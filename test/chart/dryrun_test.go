@@ -57,6 +57,7 @@ func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 	cfg, err := env.Start()
 	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
 	t.Cleanup(func() { _ = env.Stop() })
+	g.Expect(controlplane.ExpectKubeVersion(cfg)).To(Succeed())
 	w := &warnings{}
 	cfg.WarningHandler = w
 	c, err := client.New(cfg, client.Options{})

@@ -1,8 +1,8 @@
 // Package chart checks the Helm chart in charts/dualca with the helm that
 // `make helm` builds into bin/ ($HELM overrides it): lint, the objects
 // rendered for several value sets, the values schema, the sidecar
-// template, and a server-side dry run of everything against a real API
-// server.
+// template, a server-side dry run of everything against a real API server,
+// and an install, upgrades and an uninstall there with helm.
 package chart
 
 import (

@@ -41,6 +41,7 @@ replicas: 2
 	monitoring = minimal + `
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
 prometheusRule: {enabled: true, labels: {release: prometheus}}
+dashboard: {enabled: true}
 `
 )
 
@@ -224,6 +225,41 @@ func TestTemplate(t *testing.T) {
 					corev1.ContainerPort{Name: "dualca-metrics", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}))
 			},
 		},
+		"the dashboard ConfigMap carries Grafana's sidecar label and dashboards/dualca.json as it is": {
+			values: monitoring,
+			check: func(g *WithT, m manifest) {
+				cms := all[corev1.ConfigMap](g, m, "ConfigMap")
+				g.Expect(cms).To(HaveLen(1))
+				cm := cms[0]
+				g.Expect(cm.Namespace + "/" + cm.Name).To(Equal(releaseNamespace + "/dualca-dashboard"))
+				g.Expect(cm.Labels).To(HaveKeyWithValue("grafana_dashboard", "1"))
+				g.Expect(cm.Labels).To(HaveKeyWithValue("app.kubernetes.io/instance", "dualca"))
+				g.Expect(cm.Annotations).To(BeEmpty())
+				root, err := controlplane.RepoRoot()
+				g.Expect(err).NotTo(HaveOccurred())
+				want, err := os.ReadFile(filepath.Join(root, "charts", "dualca", "dashboards", "dualca.json"))
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(cm.Data).To(HaveLen(1))
+				g.Expect(strings.TrimSpace(cm.Data["dualca.json"])).To(Equal(strings.TrimSpace(string(want))), "one source: the chart's file, byte for byte")
+			},
+		},
+		"the dashboard goes to Grafana's namespace with the sidecar's label and folder when told": {
+			values: minimal + `
+dashboard:
+  enabled: true
+  namespace: monitoring
+  labels: {grafana_dashboard: null, my_dashboards: "yes"}
+  annotations: {grafana_folder: Certificates}
+`,
+			check: func(g *WithT, m manifest) {
+				cms := all[corev1.ConfigMap](g, m, "ConfigMap")
+				g.Expect(cms).To(HaveLen(1))
+				g.Expect(cms[0].Namespace).To(Equal("monitoring"))
+				g.Expect(cms[0].Labels).To(HaveKeyWithValue("my_dashboards", "yes"))
+				g.Expect(cms[0].Labels).NotTo(HaveKey("grafana_dashboard"), "null drops the default label")
+				g.Expect(cms[0].Annotations).To(Equal(map[string]string{"grafana_folder": "Certificates"}))
+			},
+		},
 		"a digest wins over the tag": {
 			values: minimal + "image: {repository: registry.example/dualca, tag: v9.9.9, digest: sha256:" + strings.Repeat("ab", 32) + "}\n",
 			check: func(g *WithT, m manifest) {
@@ -367,30 +403,32 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		values  string
 		wantErr string
 	}{
-		"a missing root secret":              {values: "gatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
-		"a missing root secret name":         {values: "rootSecret: {namespace: a}\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
-		"a null root secret":                 {values: "rootSecret: null\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "rootSecret"},
-		"an empty gateway namespace":         {values: minimal + "gatewaySecret: {namespace: '', name: b}\n", wantErr: "/gatewaySecret/namespace"},
-		"an upper-case secret name":          {values: minimal + "rootSecret: {namespace: a, name: Root}\n", wantErr: "/rootSecret/name"},
-		"qps as a string":                    {values: minimal + "renewal: {qps: fast}\n", wantErr: "/renewal/qps"},
-		"qps of zero":                        {values: minimal + "renewal: {qps: 0}\n", wantErr: "/renewal/qps"},
-		"a fractional burst":                 {values: minimal + "renewal: {burst: 1.5}\n", wantErr: "/renewal/burst"},
-		"a burst of zero":                    {values: minimal + "renewal: {burst: 0}\n", wantErr: "/renewal/burst"},
-		"legacy as \"yes\"":                  {values: minimal + "certManagement: {legacy: \"yes\"}\n", wantErr: "/certManagement/legacy"},
-		"a duration in words":                {values: minimal + "rotation: {pollInterval: 5 minutes}\n", wantErr: "/rotation/pollInterval"},
-		"a duration without a unit":          {values: minimal + "rotation: {serverSwitchGrace: 300}\n", wantErr: "/rotation/serverSwitchGrace"},
-		"a zero poll interval":               {values: minimal + "rotation: {pollInterval: 0s}\n", wantErr: "/rotation/pollInterval"},
-		"a negative propagation delay":       {values: minimal + "rotation: {trustPropagationDelay: -1s}\n", wantErr: "/rotation/trustPropagationDelay"},
-		"client namespaces as a string":      {values: minimal + "clients: {selector: a=b, namespaces: agents}\n", wantErr: "/clients/namespaces"},
-		"leader election as a string":        {values: minimal + "leaderElection: {enabled: \"true\"}\n", wantErr: "/leaderElection/enabled"},
-		"a port out of range":                {values: minimal + "metrics: {port: 70000}\n", wantErr: "/metrics/port"},
-		"an unknown log level":               {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
-		"a digest without its algorithm":     {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
-		"a misspelt key":                     {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
-		"client namespaces without selector": {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
-		"the gateway is the root":            {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},
-		"two replicas without election":      {values: minimal + "replicas: 2\n", wantErr: "replicas > 1 needs leaderElection.enabled"},
-		"no service account to bind":         {values: minimal + "serviceAccount: {create: false}\n", wantErr: "serviceAccount.name is required"},
+		"a missing root secret":               {values: "gatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
+		"a missing root secret name":          {values: "rootSecret: {namespace: a}\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
+		"a null root secret":                  {values: "rootSecret: null\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "rootSecret"},
+		"an empty gateway namespace":          {values: minimal + "gatewaySecret: {namespace: '', name: b}\n", wantErr: "/gatewaySecret/namespace"},
+		"an upper-case secret name":           {values: minimal + "rootSecret: {namespace: a, name: Root}\n", wantErr: "/rootSecret/name"},
+		"qps as a string":                     {values: minimal + "renewal: {qps: fast}\n", wantErr: "/renewal/qps"},
+		"qps of zero":                         {values: minimal + "renewal: {qps: 0}\n", wantErr: "/renewal/qps"},
+		"a fractional burst":                  {values: minimal + "renewal: {burst: 1.5}\n", wantErr: "/renewal/burst"},
+		"a burst of zero":                     {values: minimal + "renewal: {burst: 0}\n", wantErr: "/renewal/burst"},
+		"legacy as \"yes\"":                   {values: minimal + "certManagement: {legacy: \"yes\"}\n", wantErr: "/certManagement/legacy"},
+		"a duration in words":                 {values: minimal + "rotation: {pollInterval: 5 minutes}\n", wantErr: "/rotation/pollInterval"},
+		"a duration without a unit":           {values: minimal + "rotation: {serverSwitchGrace: 300}\n", wantErr: "/rotation/serverSwitchGrace"},
+		"a zero poll interval":                {values: minimal + "rotation: {pollInterval: 0s}\n", wantErr: "/rotation/pollInterval"},
+		"a negative propagation delay":        {values: minimal + "rotation: {trustPropagationDelay: -1s}\n", wantErr: "/rotation/trustPropagationDelay"},
+		"client namespaces as a string":       {values: minimal + "clients: {selector: a=b, namespaces: agents}\n", wantErr: "/clients/namespaces"},
+		"leader election as a string":         {values: minimal + "leaderElection: {enabled: \"true\"}\n", wantErr: "/leaderElection/enabled"},
+		"a port out of range":                 {values: minimal + "metrics: {port: 70000}\n", wantErr: "/metrics/port"},
+		"an unknown log level":                {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
+		"a digest without its algorithm":      {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
+		"a misspelt key":                      {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
+		"client namespaces without selector":  {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
+		"the gateway is the root":             {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},
+		"two replicas without election":       {values: minimal + "replicas: 2\n", wantErr: "replicas > 1 needs leaderElection.enabled"},
+		"a dashboard label as a number":       {values: minimal + "dashboard: {enabled: true, labels: {grafana_dashboard: 1}}\n", wantErr: "/dashboard/labels/grafana_dashboard"},
+		"a dashboard in an invalid namespace": {values: minimal + "dashboard: {enabled: true, namespace: Monitoring}\n", wantErr: "/dashboard/namespace"},
+		"no service account to bind":          {values: minimal + "serviceAccount: {create: false}\n", wantErr: "serviceAccount.name is required"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -37,7 +37,7 @@ import (
 // inside the repository after `make control-plane cert-manager`.
 type Options struct {
 	// AssetsDir holds kube-apiserver and etcd. Default: $KUBEBUILDER_ASSETS,
-	// else the repository's bin.
+	// else the repository's bin/k8s/$KUBE_VERSION (see controlplane.Assets).
 	AssetsDir string
 	// CertManager is the controller binary. Default: the repository's
 	// bin/cert-manager-controller.
@@ -194,6 +194,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.envMu.Unlock()
 	if err != nil {
 		return c, fmt.Errorf("starting the control plane from %s (run `make control-plane`): %w", opts.AssetsDir, err)
+	}
+	if err := controlplane.ExpectKubeVersion(c.RESTConfig); err != nil {
+		return c, err
 	}
 	if err := c.writeKubeconfig(); err != nil {
 		return c, err

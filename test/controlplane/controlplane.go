@@ -1,9 +1,10 @@
 // Package controlplane tells the tests, the demo, the benchmark and the e2e
 // harness where things are on this machine: the kube-apiserver and etcd
-// binaries ($KUBEBUILDER_ASSETS when set, else the repository's bin, where
-// `make control-plane` builds them), the other tools built there (helm,
-// promtool), cert-manager's CRDs, the repository, and a free local address
-// for the endpoints of a process about to start.
+// binaries of the Kubernetes version under test ($KUBEBUILDER_ASSETS when
+// set, else the repository's bin/k8s/<version>, where `make control-plane`
+// builds them), the other tools built there (helm, promtool), cert-manager's
+// CRDs, the repository, and a free local address for the endpoints of a
+// process about to start.
 package controlplane
 
 import (
@@ -14,12 +15,84 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
+// KubeVersionEnv names the variable that chooses the Kubernetes version the
+// tests run against, e.g. KUBE_VERSION=v1.34.4; unset, the newest.
+const KubeVersionEnv = "KUBE_VERSION"
+
+// versionsDir holds one module file per supported Kubernetes version, the
+// list that test/tools/tools.mk builds from.
+const versionsDir = "test/tools/kube-apiserver/versions"
+
+// KubeVersions are the Kubernetes versions the tests can run against, oldest
+// first: one per module file in test/tools/kube-apiserver/versions.
+func KubeVersions() ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(root, versionsDir, "v*.mod"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no Kubernetes version in %s: %w", versionsDir, errors.Join(err, os.ErrNotExist))
+	}
+	type parsed struct {
+		name string
+		v    *version.Version
+	}
+	var vs []parsed
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".mod")
+		v, err := version.ParseSemantic(name)
+		if err != nil {
+			return nil, fmt.Errorf("module file %s: %w", f, err)
+		}
+		vs = append(vs, parsed{name, v})
+	}
+	slices.SortFunc(vs, func(a, b parsed) int {
+		switch {
+		case a.v.LessThan(b.v):
+			return -1
+		case b.v.LessThan(a.v):
+			return 1
+		}
+		return 0
+	})
+	names := make([]string, len(vs))
+	for i, p := range vs {
+		names[i] = p.name
+	}
+	return names, nil
+}
+
+// KubeVersion is the Kubernetes version under test: $KUBE_VERSION, which
+// must be one of KubeVersions, else the newest of them.
+func KubeVersion() (string, error) {
+	all, err := KubeVersions()
+	if err != nil {
+		return "", err
+	}
+	v := os.Getenv(KubeVersionEnv)
+	if v == "" {
+		return all[len(all)-1], nil
+	}
+	if !slices.Contains(all, v) {
+		return "", fmt.Errorf("$%s=%s is not a supported version (%s)", KubeVersionEnv, v, strings.Join(all, ", "))
+	}
+	return v, nil
+}
+
 // Assets is the directory holding kube-apiserver and etcd, for
-// envtest.Environment.BinaryAssetsDirectory.
+// envtest.Environment.BinaryAssetsDirectory: $KUBEBUILDER_ASSETS when set
+// (make sets it to bin/k8s/$KUBE_VERSION), else the repository's
+// bin/k8s/<KubeVersion>.
 func Assets() (string, error) {
 	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
 		return d, nil
@@ -28,7 +101,39 @@ func Assets() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, "bin"), nil
+	v, err := KubeVersion()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin", "k8s", v), nil
+}
+
+// ExpectKubeVersion fails unless the API server at cfg is the Kubernetes
+// version under test, so that a run meant for one version never passes on
+// another's binaries. It checks nothing when $KUBEBUILDER_ASSETS alone
+// chose the binaries, without $KUBE_VERSION to say what they are.
+func ExpectKubeVersion(cfg *rest.Config) error {
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" && os.Getenv(KubeVersionEnv) == "" {
+		return nil
+	}
+	want, err := KubeVersion()
+	if err != nil {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("asking the API server its version: %w", err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("asking the API server its version: %w", err)
+	}
+	if info.GitVersion != want {
+		dir, _ := Assets()
+		return fmt.Errorf("the API server is %s, not %s as $%s asks: %s holds another build (remove it, then make control-plane)",
+			info.GitVersion, want, KubeVersionEnv, dir)
+	}
+	return nil
 }
 
 // RepoRoot is the nearest directory at or above the working directory that

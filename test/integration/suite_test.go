@@ -49,6 +49,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	if err := controlplane.ExpectKubeVersion(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	restConfig = cfg
 	scheme, err := syncer.Scheme()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +67,7 @@ func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	p.cmd = exec.Command(bin, append(args, "--kubeconfig="+kubeconfig)...)
 	// One writer for both: exec then copies both through one pipe, in order.
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := startChild(p.cmd); err != nil {
+	if err := StartChild(p.cmd); err != nil {
 		t.Fatalf("starting dualca: %v", err)
 	}
 	p.Pid = p.cmd.Process.Pid
@@ -124,31 +123,11 @@ func withProbes(args []string) ([]string, string, error) {
 // waitReady waits until GET /readyz at addr answers 200, failing at once
 // if the process exits, and after readyTimeout.
 func (p *Process) waitReady(addr string) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(readyTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var last string
-		resp, err := client.Get("http://" + addr + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("exited before it was ready: %w", p.err)
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %s at %s/readyz: %s", readyTimeout, addr, last)
-		}
+	err := WaitServing("http://"+addr+"/readyz", readyTimeout, p.done)
+	if errors.Is(err, ErrExited) {
+		return fmt.Errorf("exited before it was ready: %w", p.err)
 	}
+	return err
 }
 
 // Kill sends SIGKILL and waits until the process is gone: no cleanup of any
@@ -166,11 +145,7 @@ func (p *Process) Stop() error {
 	if !p.end("stopped", syscall.SIGTERM) {
 		return nil
 	}
-	select {
-	case <-p.done:
-	case <-time.After(stopTimeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if Terminate(p.cmd, p.done, stopTimeout) {
 		return fmt.Errorf("ignored SIGTERM for %s and was killed", stopTimeout)
 	}
 	if p.err != nil {

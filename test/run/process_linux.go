@@ -24,7 +24,9 @@ type startRequest struct {
 	done chan error
 }
 
-func startChild(cmd *exec.Cmd) error {
+// StartChild starts cmd as a child that dies with the test process (see
+// above): for any program a test runs beside it.
+func StartChild(cmd *exec.Cmd) error {
 	starterOnce.Do(func() {
 		starts = make(chan startRequest)
 		go func() {

@@ -1,7 +1,7 @@
 # test/tools/tools.mk -- build the envtest control plane (kube-apiserver and
 # etcd) from Go modules, because setup-envtest cannot download binaries here,
-# and cert-manager's controller, helm, promtool and golangci-lint for the
-# tests and the linter.
+# and cert-manager's controller, helm, promtool, prometheus and
+# golangci-lint for the tests and the linter.
 #
 # Include it from the top-level Makefile:
 #
@@ -12,9 +12,9 @@
 #     make -f test/tools/tools.mk control-plane
 #
 # Binaries land in $(BIN) and are only rebuilt when missing or when the tool
-# module (go.mod, go.sum, main.go) changed. Pass $(ENVTEST_ASSETS) to the
-# tests as KUBEBUILDER_ASSETS. Override BIN *before* the include, since
-# ENVTEST_ASSETS is expanded immediately.
+# module (go.mod, go.sum, main.go) changed; kube-apiserver lands in
+# $(K8S_BIN)/<version> (see KUBE_VERSIONS). Pass $(ENVTEST_ASSETS) to the
+# tests as KUBEBUILDER_ASSETS. Override BIN *before* the include.
 #
 # Everything comes from the Go module proxy: no setup-envtest, no C toolchain
 # (CGO is off), no workspace (GOWORK=off).
@@ -36,18 +36,28 @@ BIN ?= $(CURDIR)/bin
 # $(call tools_mod_version,go.mod file,module path): version required for it.
 tools_mod_version = $(shell awk -v m='$(2)' '$$1 == "require" && $$2 == m { print $$3; exit } $$1 == m { print $$2; exit }' $(1))
 ETCD_VERSION           ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/etcd/go.mod,go.etcd.io/etcd/server/v3)
-KUBE_APISERVER_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/kube-apiserver/go.mod,k8s.io/kubernetes)
 CERT_MANAGER_VERSION   ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/certmanager/go.mod,github.com/cert-manager/cert-manager)
 
-# v1.37.1 -> major 1, minor 37
-KUBE_APISERVER_MAJOR = $(word 1,$(subst ., ,$(patsubst v%,%,$(KUBE_APISERVER_VERSION))))
-KUBE_APISERVER_MINOR = $(word 2,$(subst ., ,$(patsubst v%,%,$(KUBE_APISERVER_VERSION))))
+# The Kubernetes versions the tests run against are the module files in
+# test/tools/kube-apiserver/versions (v1.37.2.mod builds kube-apiserver
+# v1.37.2; modfile.sh VERSION adds one): make test runs the newest,
+# KUBE_VERSION=v1.34.4 another, make test-compat each. Each version is built
+# into $(K8S_BIN)/<version>/ beside a link to etcd (etcd 3.6 serves them
+# all), the layout envtest's KUBEBUILDER_ASSETS expects, and only once: a
+# version's build never changes, so the module file is an order-only
+# prerequisite and a fresh checkout's mtimes rebuild nothing. Point K8S_BIN
+# at a folder shared by several checkouts to build each version once per
+# machine; remove a version's folder to rebuild it.
+KUBE_VERSIONS := $(shell ls $(TOOLS_MK_DIR)/kube-apiserver/versions/ | sed -n 's/\.mod$$//p' | sort -V)
+KUBE_VERSION  ?= $(lastword $(KUBE_VERSIONS))
+K8S_BIN       ?= $(BIN)/k8s
 
-# Without these, kube-apiserver --version reports v0.0.0-master+$Format...$.
-KUBE_APISERVER_LDFLAGS ?= -s -w \
-	-X k8s.io/component-base/version.gitVersion=$(KUBE_APISERVER_VERSION) \
-	-X k8s.io/component-base/version.gitMajor=$(KUBE_APISERVER_MAJOR) \
-	-X k8s.io/component-base/version.gitMinor=$(KUBE_APISERVER_MINOR)
+# $(call kube_ldflags,v1.37.2): without these, kube-apiserver --version
+# reports v0.0.0-master+$Format...$.
+kube_ldflags = -s -w \
+	-X k8s.io/component-base/version.gitVersion=$(1) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(patsubst v%,%,$(1)))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(patsubst v%,%,$(1))))
 ETCD_LDFLAGS ?= -s -w
 # Without this, cert-manager's user agent and events say "canary".
 CERT_MANAGER_LDFLAGS ?= -s -w \
@@ -58,21 +68,35 @@ CERT_MANAGER_LDFLAGS ?= -s -w \
 TOOLS_GOBUILD_FLAGS ?= -trimpath -mod=readonly -buildvcs=false
 TOOLS_GOENV         ?= GOWORK=off CGO_ENABLED=0
 
-# KUBEBUILDER_ASSETS for envtest.
-ENVTEST_ASSETS := $(BIN)
+# KUBEBUILDER_ASSETS for envtest: kube-apiserver KUBE_VERSION and etcd.
+ENVTEST_ASSETS = $(K8S_BIN)/$(KUBE_VERSION)
 
 $(BIN)/etcd: $(TOOLS_MK_DIR)/etcd/go.mod $(TOOLS_MK_DIR)/etcd/go.sum $(TOOLS_MK_DIR)/etcd/main.go
 	@mkdir -p $(@D)
 	@echo "building etcd $(ETCD_VERSION) from Go modules (under a minute, once)"
 	cd $(TOOLS_MK_DIR)/etcd && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(ETCD_LDFLAGS)' -o $@.tmp . && mv -f $@.tmp $@
 
-$(BIN)/kube-apiserver: $(TOOLS_MK_DIR)/kube-apiserver/go.mod $(TOOLS_MK_DIR)/kube-apiserver/go.sum $(TOOLS_MK_DIR)/kube-apiserver/main.go
+# One main.go builds every version, each with its own module file
+# (-modfile reads versions/<version>.mod and .sum; go.mod only marks the
+# module's root).
+$(K8S_BIN)/%/kube-apiserver: | $(TOOLS_MK_DIR)/kube-apiserver/versions/%.mod
 	@mkdir -p $(@D)
-	@echo "building kube-apiserver $(KUBE_APISERVER_VERSION) from Go modules (a few minutes, once)"
-	cd $(TOOLS_MK_DIR)/kube-apiserver && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(KUBE_APISERVER_LDFLAGS)' -o $@.tmp . && mv -f $@.tmp $@
+	@echo "building kube-apiserver $* from Go modules (a few minutes, once)"
+	cd $(TOOLS_MK_DIR)/kube-apiserver && $(TOOLS_GOENV) $(GO) build -modfile=versions/$*.mod $(TOOLS_GOBUILD_FLAGS) -ldflags '$(call kube_ldflags,$*)' -o $@.tmp . && mv -f $@.tmp $@
+
+# An absolute link, so that a shared K8S_BIN works; remade when it dangles.
+$(K8S_BIN)/%/etcd: | $(BIN)/etcd
+	@mkdir -p $(@D)
+	ln -sfn $(BIN)/etcd $@
+
+# $(call kube_apiserver,v1.37.2): what running against that version needs.
+kube_apiserver = $(K8S_BIN)/$(1)/kube-apiserver $(K8S_BIN)/$(1)/etcd
 
 .PHONY: control-plane
-control-plane: $(BIN)/kube-apiserver $(BIN)/etcd ## build kube-apiserver and etcd into ./bin from Go modules
+control-plane: $(call kube_apiserver,$(KUBE_VERSION)) ## build kube-apiserver KUBE_VERSION (default: the newest) and etcd into ./bin from Go modules
+
+.PHONY: control-planes
+control-planes: $(foreach v,$(KUBE_VERSIONS),$(call kube_apiserver,$(v))) ## build every supported kube-apiserver (see KUBE_VERSIONS) and etcd into ./bin
 
 # Not upstream's cmd/controller (a separate module the proxy does not serve)
 # but a small main running the controllers that SelfSigned and CA issuers need.
@@ -99,27 +123,40 @@ $(BIN)/helm: $(TOOLS_MK_DIR)/helm/go.mod $(TOOLS_MK_DIR)/helm/go.sum $(TOOLS_MK_
 .PHONY: helm
 helm: $(BIN)/helm ## build helm into ./bin from Go modules (for the chart tests)
 
-# --- promtool (for the alert tests in test/alerts) ---------------------------
-# Built inside the downloaded github.com/prometheus/prometheus module, with
-# that module's own go.mod and go.sum: its replace directives make `go
-# install` refuse it, and building it as a dependency of another module
-# would drop them. test/tools/promtool/go.mod pins the version and its go.sum
-# the checksum, so the download is verified. Only -o is written, so the
-# read-only module cache does not get in the way.
-PROMTOOL_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/promtool/go.mod,github.com/prometheus/prometheus)
-# The Go module v0.315.0 is Prometheus 3.15.0, which promtool --version prints.
-PROMTOOL_RELEASE = $(shell echo '$(PROMTOOL_VERSION)' | awk -F. '{ printf "%d.%d.%s", $$2 / 100, $$2 % 100, $$3 }')
-PROMTOOL_LDFLAGS ?= -s -w -X github.com/prometheus/common/version.Version=$(PROMTOOL_RELEASE)
+# --- promtool and the Prometheus server (test/alerts, test/dashboard) -------
+# Both are built inside the downloaded github.com/prometheus/prometheus
+# module, with that module's own go.mod and go.sum: its replace directives
+# make `go install` refuse it, and building it as a dependency of another
+# module would drop them. test/tools/promtool/go.mod pins the one version
+# both come from and its go.sum the checksum, so the download is verified.
+# Only -o is written, so the read-only module cache does not get in the way.
+# The server is built without the builtinassets tag: the tests use its HTTP
+# API, not its web UI.
+PROMETHEUS_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/promtool/go.mod,github.com/prometheus/prometheus)
+# The Go module v0.315.0 is Prometheus 3.15.0, which --version prints.
+PROMETHEUS_RELEASE = $(shell echo '$(PROMETHEUS_VERSION)' | awk -F. '{ printf "%d.%d.%s", $$2 / 100, $$2 % 100, $$3 }')
+PROMETHEUS_LDFLAGS ?= -s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)
+
+# $(call prometheus_build,command): build ./cmd/<command> of the module into $@.
+prometheus_build = cd $(TOOLS_MK_DIR)/promtool && $(TOOLS_GOENV) $(GO) mod download github.com/prometheus/prometheus && \
+	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus) && \
+	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp ./cmd/$(1) && mv -f $@.tmp $@
 
 $(BIN)/promtool: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
 	@mkdir -p $(@D)
-	@echo "building promtool $(PROMTOOL_RELEASE) from Go modules (about four minutes on two cores, once)"
-	cd $(TOOLS_MK_DIR)/promtool && $(TOOLS_GOENV) $(GO) mod download github.com/prometheus/prometheus && \
-	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus) && \
-	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(PROMTOOL_LDFLAGS)' -o $@.tmp ./cmd/promtool && mv -f $@.tmp $@
+	@echo "building promtool $(PROMETHEUS_RELEASE) from Go modules (about four minutes on two cores, once)"
+	$(call prometheus_build,promtool)
+
+$(BIN)/prometheus: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
+	@mkdir -p $(@D)
+	@echo "building prometheus $(PROMETHEUS_RELEASE) from Go modules (a few minutes on two cores, once)"
+	$(call prometheus_build,prometheus)
 
 .PHONY: promtool
 promtool: $(BIN)/promtool ## build promtool into ./bin from Go modules (for the alert tests)
+
+.PHONY: prometheus
+prometheus: $(BIN)/prometheus ## build the Prometheus server into ./bin from Go modules (for the dashboard test)
 
 # --- golangci-lint (for make lint) ------------------------------------------
 # cmd/golangci-lint is a main package: test/tools/golangci-lint/tools.go pins

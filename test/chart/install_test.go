@@ -1,0 +1,83 @@
+package chart
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/dualca/dualca/test/controlplane"
+)
+
+// TestTheChartInstallsUpgradesAndUninstalls is what a user does with helm
+// on a real API server (the one of the Kubernetes version under test, which
+// make test-compat varies): install with the ServiceMonitor and the
+// PrometheusRule on, upgrade to the legacy strategy and back, uninstall.
+// No kubelet runs, so nothing waits for the Pod: the objects are checked.
+func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	assets, err := controlplane.Assets()
+	g.Expect(err).NotTo(HaveOccurred())
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join("testdata", "crds")},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: time.Minute,
+	}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
+	t.Cleanup(func() { _ = env.Stop() })
+	g.Expect(controlplane.ExpectKubeVersion(cfg)).To(Succeed())
+	admin, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	kc, err := admin.KubeConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	g.Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	for _, ns := range []string{"cert-manager", "istio-system"} {
+		g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	}
+	helm := func(args ...string) string {
+		out, err := controlplane.Helm(t, append(args, "--kubeconfig", kubeconfig, "--namespace", releaseNamespace)...)
+		g.Expect(err).NotTo(HaveOccurred(), "helm %s", strings.Join(args, " "))
+		return string(out)
+	}
+	legacy := func() bool {
+		d := &appsv1.Deployment{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "dualca"}, d)).To(Succeed())
+		return slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--cert-management-legacy")
+	}
+
+	helm("install", "dualca", chartDir(t), "--create-namespace", "-f", valuesFile(t, monitoring))
+	g.Expect(legacy()).To(BeFalse())
+	for _, ns := range []string{"cert-manager", "istio-system"} {
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dualca"}, &rbacv1.Role{})).To(Succeed(), "the Role in %s", ns)
+	}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "dualca"}, &corev1.ServiceAccount{})).To(Succeed())
+
+	helm("upgrade", "dualca", chartDir(t), "--reuse-values", "--set", "certManagement.legacy=true")
+	g.Expect(legacy()).To(BeTrue(), "upgraded to the legacy strategy")
+	helm("upgrade", "dualca", chartDir(t), "--reuse-values", "--set", "certManagement.legacy=false")
+	g.Expect(legacy()).To(BeFalse(), "and back")
+	g.Expect(helm("history", "dualca")).To(ContainSubstring("deployed"))
+
+	helm("uninstall", "dualca")
+	err = c.Get(ctx, client.ObjectKey{Namespace: "istio-system", Name: "dualca"}, &rbacv1.Role{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the uninstall removed the Roles: %v", err)
+}

@@ -1,0 +1,47 @@
+package integration
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// What the supported Kubernetes versions could do differently, pinned where
+// it shows (docs/compatibility.md, "Where the versions differ"). make
+// test-compat runs this suite against each of them.
+
+// TestEveryCacheFillsThroughAStreamingList: client-go fills each of
+// dualca's four caches (the root, the gateway, the client Certificates and
+// the client Secrets) with a watch that sends the current objects first,
+// which every supported API server serves, so dualca sends no list at all.
+// On an API server without streaming lists client-go would fall back to
+// lists, which the chart's Roles also grant; this test would then fail and
+// say which version stopped streaming.
+func TestEveryCacheFillsThroughAStreamingList(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
+	d, _ := s.startOnFirstRoot(o.Syncer())
+
+	s.g.Eventually(func(g Gomega) {
+		streamed := map[string]bool{}
+		var lists []string
+		for _, r := range d.Requests() {
+			switch {
+			case r.Verb == "list":
+				lists = append(lists, r.String())
+			case r.InitialEvents:
+				streamed[r.Resource+" "+r.Name] = true
+			}
+		}
+		g.Expect(lists).To(BeEmpty(), "no cache fell back to a list")
+		g.Expect(streamed).To(Equal(map[string]bool{
+			"secrets " + s.root.Name:    true,
+			"secrets " + s.gateway.Name: true,
+			"certificates ":             true, // by label
+			"secrets ":                  true, // the client Secrets, by label
+		}), "each cache streamed its initial list")
+	}).Should(Succeed())
+}
