@@ -15,8 +15,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dualca/dualca/test/plotgrid"
 )
 
 // write writes the report to path (Markdown) and, with plotPath, the
@@ -171,22 +171,7 @@ func (o *outcome) plot(path string) error {
 	for _, p := range panels {
 		p.X.Min, p.X.Max = 0, o.elapsed.Minutes()
 	}
-	img := vgimg.New(24*vg.Centimeter, vg.Length(len(panels))*8*vg.Centimeter)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3,
-		PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	for i, p := range panels {
-		p.Draw(tiles.At(dc, 0, i))
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return plotgrid.WritePNG(path, 1, 24*vg.Centimeter, 8*vg.Centimeter, panels...)
 }
 
 var (
