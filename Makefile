@@ -11,6 +11,8 @@ SHELL := /usr/bin/env bash
 GO       ?= go
 BIN      := $(CURDIR)/bin
 FUZZTIME ?= 1m
+DURATION ?= 60m
+CLIENTS  ?= 100
 
 include test/tools/tools.mk
 
@@ -60,7 +62,7 @@ test: control-plane cert-manager helm promtool prometheus image-tools ## run eve
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -105,6 +107,12 @@ lint: golangci-lint ## go vet, gofmt and golangci-lint with the linters of .gola
 .PHONY: demo
 demo: control-plane cert-manager $(BIN)/dualca ## cert-manager, dualca, an mTLS gateway and 30 clients: two overlapping root rotations shown live, then a summary; fails if a handshake failed (LEGACY=1: the legacy strategy)
 	$(GO) run ./test/demo -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
+
+.PHONY: soak
+soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at random moments for DURATION (60m), two replicas, CLIENTS (100) clients loading their Secrets 1-10 s late; writes docs/soak.md and docs/soak.png
+	DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
+		-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.report=$(CURDIR)/docs/soak.md -soak.plot=$(CURDIR)/docs/soak.png \
+		2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: bench
 bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md and docs/benchmarks.png (about 30 min; QUICK=1: a few minutes, not a final report)

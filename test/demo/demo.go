@@ -235,10 +235,11 @@ func (d *demo) startRecorder(ctx context.Context) error {
 	return nil
 }
 
-// withoutPrivateKey drops tls.key from a Secret as it enters the cache: the
-// demo shows and checks certificates only.
+// withoutPrivateKey drops tls.key from a Secret as it enters the cache:
+// the demo shows and checks certificates only, but for the gateway's key,
+// which the monitor checks against its certificate (and never shows).
 func withoutPrivateKey(obj any) (any, error) {
-	if s, ok := obj.(*corev1.Secret); ok {
+	if s, ok := obj.(*corev1.Secret); ok && s.Name != gatewayName {
 		delete(s.Data, corev1.TLSPrivateKeyKey)
 	}
 	return obj, nil

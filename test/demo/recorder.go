@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/x509"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/monitor"
 )
 
 // moment names what the recorder times in a rotation, each the first time
@@ -31,10 +31,8 @@ const (
 // recorder follows every Secret of the demo namespace through one informer,
 // so it sees their versions in the order the API server wrote them. It
 // names the roots R1, R2, … in the order the root Secret held them, times
-// when each rotation reached each moment, and checks every version of the
-// gateway Secret that the zero-downtime strategy wrote: the gateway must
-// trust the root its server certificate chains to and the root of every
-// client's unexpired certificate.
+// when each rotation reached each moment, and has a monitor (package
+// monitor) check every version of the gateway Secret.
 type recorder struct {
 	mu       sync.Mutex
 	expected int // client Secrets
@@ -50,9 +48,9 @@ type recorder struct {
 	bundles map[string][]*x509.Certificate // fingerprint → ca.crt when the gateway first trusted it
 	largest []*x509.Certificate            // the largest ca.crt seen
 
-	versions   int      // gateway Secret versions seen
-	violations []string // broken invariants, each once
-	races      int      // client certificates from a root dualca had not bundled yet
+	// mon checks every gateway version against the clients (package
+	// monitor): it sees the same events.
+	mon *monitor.Monitor
 }
 
 func newRecorder(expected int) *recorder {
@@ -62,6 +60,8 @@ func newRecorder(expected int) *recorder {
 		clients:  map[string]bundle.Client{},
 		firsts:   map[string]time.Time{},
 		bundles:  map[string][]*x509.Certificate{},
+		mon: monitor.New(monitor.Options{Root: rootName, Gateway: gatewayName, Clients: expected,
+			IsClient: func(l map[string]string) bool { return l[clientLabel] == clientLabelValue }}),
 	}
 }
 
@@ -84,6 +84,7 @@ func (r *recorder) seen(obj any, deleted bool) {
 	if !ok {
 		return
 	}
+	r.mon.Seen(s, deleted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
@@ -103,7 +104,6 @@ func (r *recorder) seen(obj any, deleted bool) {
 			r.gwState, r.gwRoots, r.gwLeaf = bundle.State{}, nil, nil
 			return
 		}
-		r.versions++
 		r.gwState = bundle.ParseState(s.Annotations)
 		r.gwRoots, _ = bundle.ParseCertificates("ca.crt", s.Data["ca.crt"])
 		r.gwLeaf = firstCert(s, corev1.TLSCertKey)
@@ -143,7 +143,6 @@ func (r *recorder) seen(obj any, deleted bool) {
 			r.first(keyFirstClient, fp, now)
 		}
 	}
-	r.check(now)
 }
 
 // first records moment m for root fp at now unless seen before; it reports
@@ -158,50 +157,6 @@ func (r *recorder) first(m moment, fp string, now time.Time) bool {
 	}
 	r.firsts[k] = now
 	return true
-}
-
-// check is the invariant, for the versions of the gateway Secret the
-// zero-downtime strategy wrote; the legacy one drops the old root by
-// design.
-func (r *recorder) check(now time.Time) {
-	if r.gwState.Strategy != bundle.StrategyZeroDowntime {
-		return
-	}
-	trusted := func(c *x509.Certificate) bool {
-		return slices.ContainsFunc(r.gwRoots, func(root *x509.Certificate) bool { return bundle.ChainsTo(c, root) })
-	}
-	if r.gwLeaf == nil || !trusted(r.gwLeaf) {
-		r.violate("the gateway's ca.crt does not hold the root of its own server certificate")
-	}
-	for name, c := range r.clients {
-		if c.Leaf == nil || !now.Before(c.Leaf.NotAfter) || trusted(c.Leaf) {
-			continue
-		}
-		if r.root != nil && bundle.ChainsTo(c.Leaf, r.root) && r.gwState.Root != bundle.Fingerprint(r.root) {
-			// cert-manager signed with a root it had just rotated to,
-			// within the moment dualca takes to bundle it: not dualca's to
-			// prevent (the demo rotates when no client is being issued).
-			r.races++
-			continue
-		}
-		r.violate(fmt.Sprintf("the gateway does not trust the root of client %s (%s)", name, r.nameOf(c.Leaf)))
-	}
-}
-
-func (r *recorder) violate(what string) {
-	if !slices.Contains(r.violations, what) {
-		r.violations = append(r.violations, what)
-	}
-}
-
-// nameOf names the root a leaf chains to, "an unknown root" if none seen.
-func (r *recorder) nameOf(leaf *x509.Certificate) string {
-	for _, root := range r.order {
-		if bundle.ChainsTo(leaf, root) {
-			return "issued by " + r.names[bundle.Fingerprint(root)]
-		}
-	}
-	return "issued by an unknown root"
 }
 
 func (r *recorder) onLocked(root *x509.Certificate, now time.Time) int {
@@ -271,12 +226,8 @@ func (r *recorder) largestBundle() []string {
 	return fingerprints(r.largest)
 }
 
-// result is the gateway versions seen, the races and the broken invariants.
-func (r *recorder) result() (versions, races int, violations []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.versions, r.races, slices.Clone(r.violations)
-}
+// result is what the monitor found (see package monitor).
+func (r *recorder) result() monitor.Result { return r.mon.Result() }
 
 // label names a root for people: "R2", or a fingerprint prefix for a root
 // the root Secret never held, "-" for none.

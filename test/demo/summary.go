@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dualca/dualca/test/monitor"
 )
 
 // summary is what the demo shows when the story is over.
@@ -29,8 +31,11 @@ type summary struct {
 	rejected   int            // handshakes the gateway saw fail
 	reloads    int            // versions of its Secret the gateway loaded
 
-	versions, races int // gateway Secret versions checked; see recorder
-	violations      []string
+	// checked is what the monitor found (package monitor).
+	checked monitor.Result
+	// loadErrors counts the Secret versions the gateway and the clients
+	// could not use; deletions the gateway Secret's deletions they saw.
+	loadErrors, deletions int
 
 	logLines, logLeaks int // dualca's log
 	stopErr            error
@@ -66,7 +71,6 @@ func (s step) order() time.Duration {
 func (d *demo) summarize(stopErr error) *summary {
 	f, g := d.fleetStats, d.gatewayStats
 	lines, leaks := d.dualca.log.counts()
-	versions, races, violations := d.rec.result()
 	s := &summary{
 		legacy: d.o.legacy, clients: len(d.clients), interval: d.o.interval,
 		elapsed: time.Since(d.begin), startup: d.startup,
@@ -74,7 +78,8 @@ func (d *demo) summarize(stopErr error) *summary {
 		ok:      f.Total.Successes, failed: f.Total.Failures, errors: f.Total.Errors,
 		cutOff: len(f.Failed()), longest: d.sampler.longestOutage(),
 		rejected: g.Rejected, gwErrors: g.Errors, reloads: g.Reloads,
-		versions: versions, races: races, violations: violations,
+		checked:    d.rec.result(),
+		loadErrors: g.LoadErrors + f.Total.LoadErrors, deletions: g.Deletions,
 		logLines: lines, logLeaks: leaks, stopErr: stopErr,
 	}
 	for i, r := range d.rotations {
@@ -126,11 +131,17 @@ func (d *demo) timeline(n int, r rotation, next *rotation) rotationSummary {
 	return rs
 }
 
+// maxRace bounds how long a client certificate issued from a root not
+// bundled yet may wait for dualca to bundle it (milliseconds, normally).
+const maxRace = 10 * time.Second
+
 // passed is the verdict: no handshake failed, the gateway refused nobody,
-// every gateway version kept the invariants, dualca's log holds no key
-// material, and everything stopped cleanly.
+// every gateway version was usable and kept the invariants, every Secret
+// version loaded and none was deleted, every race was short, dualca's log
+// holds no key material, and everything stopped cleanly.
 func (s *summary) passed() bool {
-	return s.failed == 0 && s.rejected == 0 && len(s.violations) == 0 && s.logLeaks == 0 && s.stopErr == nil
+	return s.failed == 0 && s.rejected == 0 && s.checked.ViolationCount == 0 && s.loadErrors == 0 && s.deletions == 0 &&
+		s.checked.LongestRace() <= maxRace && s.logLeaks == 0 && s.stopErr == nil
 }
 
 func (s *summary) exitCode() int {
@@ -187,19 +198,18 @@ func (s *summary) text() string {
 	}
 	if !s.legacy {
 		switch {
-		case len(s.violations) > 0:
-			fmt.Fprintf(w, "invariants  BROKEN in the %d versions of the gateway Secret checked:\n", s.versions)
-			for _, v := range s.violations {
+		case len(s.checked.Violations) > 0:
+			fmt.Fprintf(w, "invariants  BROKEN %d times in the %d versions of the gateway Secret checked:\n", s.checked.ViolationCount, s.checked.Versions)
+			for _, v := range s.checked.Violations[:min(10, len(s.checked.Violations))] {
 				fmt.Fprintf(w, "            %s\n", v)
 			}
 		default:
-			fmt.Fprintf(w, "invariants  each of the %d versions of the gateway Secret trusted its server's root and every client's root", s.versions)
-			if s.races > 0 {
-				fmt.Fprintf(w, " (%d client certificates issued from a root in the moment before dualca bundled it: cert-manager's race, not dualca's)", s.races)
-			}
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, "invariants  each of the %d versions of the gateway Secret parsed, matched its key, trusted its server's root and every client's, and its chain verified for every client\n", s.checked.Versions)
 		}
+		fmt.Fprintf(w, "races       %d client certificates issued from a root before dualca bundled it, the longest wait %s (at most %s allowed)\n",
+			s.checked.RaceCount, millis(s.checked.LongestRace()), seconds(maxRace))
 	}
+	fmt.Fprintf(w, "loads       %d Secret versions the gateway or a client could not use; the gateway Secret deleted %d times\n", s.loadErrors, s.deletions)
 	if s.logLeaks > 0 {
 		fmt.Fprintf(w, "dualca log  %d of its %d lines hold key or certificate material\n", s.logLeaks, s.logLines)
 	} else {
@@ -228,8 +238,14 @@ func (s *summary) verdict() string {
 		return fmt.Sprintf("FAIL  %s failed and the gateway rejected %d with the zero-downtime strategy", handshakes(s.failed), s.rejected)
 	default:
 		var why []string
-		if len(s.violations) > 0 {
+		if s.checked.ViolationCount > 0 {
 			why = append(why, "a version of the gateway Secret broke an invariant")
+		}
+		if s.loadErrors > 0 || s.deletions > 0 {
+			why = append(why, "a Secret version could not be loaded or the gateway Secret was deleted")
+		}
+		if s.checked.LongestRace() > maxRace {
+			why = append(why, "a client waited too long for its root to be bundled")
 		}
 		if s.logLeaks > 0 {
 			why = append(why, "dualca logged key or certificate material")

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dualca/dualca/test/monitor"
 )
 
 func TestSummaryVerdictAndExitCode(t *testing.T) {
@@ -34,7 +36,7 @@ func TestSummaryVerdictAndExitCode(t *testing.T) {
 			wantCode: exitFailed, want: "the gateway rejected 2",
 		},
 		"a broken invariant fails even when every handshake passed": {
-			s:        summary{ok: 4000, violations: []string{"the gateway does not trust the root of client agent-3"}},
+			s:        summary{ok: 4000, checked: monitor.Result{ViolationCount: 1, Violations: []string{"the gateway does not trust the root of client agent-3"}}},
 			wantCode: exitFailed, want: "invariants  BROKEN",
 		},
 		"key material in dualca's log fails": {

@@ -292,24 +292,6 @@ func (st *storm) stop() (patches, last int, errs map[string]int) {
 	return st.patches, st.last, st.errs
 }
 
-// stormRegressions lists the gateway versions whose storm annotation is
-// lower than an earlier version's: a writer that overwrote the storm with
-// what it had read before.
-func (m *monitor) stormRegressions() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	high := 0
-	for i, a := range m.history {
-		n, _ := strconv.Atoi(a[stormAnnotation])
-		if n < high {
-			out = append(out, fmt.Sprintf("version %d: %s=%d after %d", i+1, stormAnnotation, n, high))
-		}
-		high = max(high, n)
-	}
-	return out
-}
-
 // TestTwoReplicasOneWriterAndAHandover: two dualca processes elect a leader
 // through a Lease. Only the leader writes the gateway Secret and triggers
 // renewals. Killed in the middle of the renewals, its lease runs out (15 s)
@@ -476,4 +458,5 @@ func (s *scenario) expectNoHarm(what string) {
 	s.g.Expect(f.Total.Failures).To(BeZero(), "no handshake failed: %v (the gateway's errors: %v)", f.Total.Errors, gw.Errors)
 	s.g.Expect(gw.Rejected).To(BeZero(), "the gateway rejected no client: %v", gw.Errors)
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
+	s.expectStrictlyClean(0)
 }

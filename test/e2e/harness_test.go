@@ -86,7 +86,7 @@ type scenario struct {
 	dualca  *run.Dualca
 	gateway *mtls.Gateway
 	fleet   *mtls.Fleet
-	watch   *monitor
+	watch   watcher
 }
 
 // newScenario is a scenario of n clients on the shared cluster.

@@ -60,6 +60,7 @@ func TestZeroDowntimeRotationsFailNoHandshake(t *testing.T) {
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty(), "every gateway version trusted every root in use")
 	s.expectCacheHoldsOnlyWhatItNeeds()
+	s.expectStrictlyClean(0)
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
 }
 
@@ -89,6 +90,7 @@ func TestLegacyRotationsCutClientsOffAndConverge(t *testing.T) {
 	s.g.Expect(failures).To(BeNumerically(">", 0), "the legacy strategy cuts clients off at each rotation")
 	s.g.Expect(s.dualca.Renewals()).To(HaveKeyWithValue("triggered", BeNumerically(">=", clients)),
 		"client Secrets were deleted for re-issuance")
+	s.expectStrictlyClean(0)
 }
 
 // TestFlippingTheStrategyMidRotationConverges: the flag flipped during a
@@ -134,6 +136,7 @@ func TestFlippingTheStrategyMidRotationConverges(t *testing.T) {
 		zd.Attempts, zd.Failures, leg.Attempts-zd.Attempts, leg.Failures-zd.Failures, end.Attempts-leg.Attempts, end.Failures-leg.Failures)
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty(), "no zero-downtime version of the gateway lacked a root in use")
+	s.expectStrictlyClean(0)
 	t.Logf("gateway versions checked: %d; client versions issued from a root not yet in the gateway (cert-manager racing dualca): %d", versions, races)
 }
 
@@ -158,6 +161,8 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	s.g.Expect(s.c.Client.Create(s.ctx, s.c.ClientCertificate(s.ns, "doomed-ca", doomed, map[string]string{clientLabel: "agent"}))).To(Succeed())
 	s.g.Expect(s.c.WaitReady(s.ctx, s.ns, doomed)).To(Succeed())
 	s.clients = append(s.clients, doomed)
+	// It refuses the server once the switch is forced: counted apart.
+	s.watch.Excuse(doomed)
 
 	o := s.options(false)
 	// Long enough for cert-manager, slow on a busy machine, to fail the
@@ -222,6 +227,8 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 	}
 	versions, races, violations := s.watch.result()
 	s.g.Expect(violations).To(BeEmpty())
+	s.g.Expect(s.watch.Result().Excused).To(BeNumerically(">", 0), "the monitor saw the broken client refuse the forced server")
+	s.expectStrictlyClean(0)
 	t.Logf("gateway versions checked: %d (races %d); the broken client failed %d handshakes after the forced switch", versions, races, stats.Clients[doomed].Failures)
 }
 

@@ -444,3 +444,35 @@ func ours() []string {
 	}
 	return found
 }
+
+// A lagged gateway takes each version into use late, and in order: a
+// version that came later but drew a shorter lag waits for the one before.
+func TestLaggedVersionsArriveLateAndInOrder(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r1 := certs.MustCA(t, "R1", time.Hour)
+	r2 := certs.MustCA(t, "R2", time.Hour)
+	server := issue(t, r1, "gateway.mtls.svc")
+	w.putPair("gateway", server, r1)
+	lags := make(chan time.Duration, 3)
+	lags <- 0
+	lags <- 2 * time.Second
+	lags <- 0
+	w.secrets = mtls.Lagged(w.secrets, func() time.Duration {
+		select {
+		case l := <-lags:
+			return l
+		default:
+			return 0
+		}
+	})
+	gw := w.gateway("gateway")
+	w.put("gateway", server.CertPEM, server.KeyPEM, certs.Bundle(r1, r2))
+	written := time.Now()
+	w.put("gateway", server.CertPEM, server.KeyPEM, certs.Bundle(r2, r1))
+	w.g.Eventually(gw.ClientCAs).Should(HaveExactElements(equalCert(r2.Cert), equalCert(r1.Cert)))
+	w.g.Expect(time.Since(written)).To(BeNumerically(">=", 2*time.Second), "the second version waited its lag, the third waited for it")
+	w.g.Consistently(gw.ClientCAs).WithTimeout(500*time.Millisecond).Should(HaveExactElements(equalCert(r2.Cert), equalCert(r1.Cert)),
+		"the slow version never overwrote the newer one")
+	w.g.Expect(gw.Stats().Reloads).To(Equal(3))
+}

@@ -154,6 +154,20 @@ func (p *Process) Stop() error {
 	return nil
 }
 
+// Reap accepts that the process exited by itself, for why (as a
+// replica that lost its leader lease exits, for its pod to be restarted):
+// the end of the test then reports no failure for it. It reports whether
+// the process had exited without being asked.
+func (p *Process) Reap(why string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended != "" || !p.Exited() {
+		return false
+	}
+	p.ended = why
+	return true
+}
+
 // Exited reports whether the process has exited, for whatever reason.
 func (p *Process) Exited() bool {
 	select {
@@ -213,7 +227,13 @@ var build struct {
 // one binary per checkout, replaced by every build, leaves nothing to pile
 // up. It is built beside and renamed into place, so a test binary of
 // another package building at the same moment never runs half a file.
+//
+// With $DUALCA_BINARY set, that binary runs instead (`make soak` runs
+// bin/dualca, as built by make).
 func Binary() (string, error) {
+	if bin := os.Getenv("DUALCA_BINARY"); bin != "" {
+		return bin, nil
+	}
 	build.once.Do(func() {
 		root, err := controlplane.RepoRoot()
 		if err != nil {

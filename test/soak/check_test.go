@@ -1,0 +1,269 @@
+package soak
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/mtls"
+)
+
+// Leak bounds: how much a replica may grow over the last three quarters of
+// the run (a fitted slope times that window), beyond what start-up and
+// the garbage collector's rhythm explain.
+const (
+	rssGrowth       = 8 << 20
+	goroutineGrowth = 20
+	fdGrowth        = 10
+)
+
+// judgeLeaksFrom is the shortest run that must judge a replica for leaks:
+// in a few minutes, faults may leave no replica that lived long enough.
+const judgeLeaksFrom = 10 * time.Minute
+
+// outcome is everything the run is judged and reported on.
+type outcome struct {
+	start              time.Time
+	elapsed            time.Duration
+	fleet              mtls.FleetStats
+	gateway            mtls.GatewayStats
+	brokenStats        mtls.ClientStats
+	attempts, failures int // the healthy clients'
+	healthyErrors      map[string]int
+	checked            monitor.Result
+	deletions          int
+	rotations          []rotationOutcome
+	requested, skipped int
+	faults             map[string]int
+	leak               leak
+	requestsPerMinute  float64
+	peakPerMinute      float64
+	timeline           []event
+	samples            []sample
+	resources          []resource
+}
+
+// rotationOutcome is one rotation as the monitor saw it.
+type rotationOutcome struct {
+	n              int // 2 for R1 -> R2
+	arrived        time.Time
+	landedIn       string        // the gateway's phase when the root Secret changed
+	steady         time.Duration // from arrival to Steady; 0 if never
+	superseded     bool          // the next root came before Steady
+	oldExpiresIn   time.Duration // from Steady (or now) to the old root's NotAfter
+	steadyInTime   bool
+	oldRootExpires time.Time
+}
+
+// leak is dualca's growth over the last three quarters of the run: the
+// slopes fitted within every replica process at once (each process its
+// own intercept, as a replica killed and started again begins afresh), per
+// minute, and their limits.
+type leak struct {
+	processes, samples                int
+	window                            time.Duration
+	rss, goroutines, fds              float64
+	rssLimit, goroutineLimit, fdLimit float64
+}
+
+func (l leak) judged() bool { return l.processes > 0 }
+
+func (l leak) ok() bool {
+	return l.rss <= l.rssLimit && l.goroutines <= l.goroutineLimit && l.fds <= l.fdLimit
+}
+
+// check gathers the outcome, writes the report if asked, and asserts.
+func (s *soak) check() {
+	o := s.outcome()
+	s.t.Logf("healthy clients: %d handshakes attempted, %d failed; the broken client failed %d of %d; gateway accepted %d rejected %d",
+		o.attempts, o.failures, o.brokenStats.Failures, o.brokenStats.Attempts, o.gateway.Accepted, o.gateway.Rejected)
+	s.t.Logf("monitor: %d gateway versions, %d violations, %d races (longest %v), %d checks failed by the broken client; deletions injected %d, seen %d by the monitor and %d by the gateway",
+		o.checked.Versions, o.checked.ViolationCount, o.checked.RaceCount, o.checked.LongestRace().Round(time.Millisecond), o.checked.Excused, o.deletions, o.checked.Deletions, o.gateway.Deletions)
+	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
+	l := o.leak
+	s.t.Logf("leaks: %d samples of %d replica processes over %v: RSS %+.3f MiB/min (limit %.3f), goroutines %+.3f/min (limit %.3f), fds %+.3f/min (limit %.3f)",
+		l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+	if *report != "" {
+		s.g.Expect(o.write(*report, *plotTo)).To(Succeed())
+	}
+	g := s.g
+	g.Expect(o.attempts).To(BeNumerically(">", 0), "the healthy clients handshook")
+	g.Expect(o.failures).To(BeZero(), "no healthy client failed a handshake: %v", o.healthyErrors)
+	g.Expect(o.gateway.Rejected).To(BeNumerically("<=", o.brokenStats.Failures), "the gateway rejected only the broken client's handshakes: %v", o.gateway.Errors)
+	g.Expect(o.checked.Violations).To(BeEmpty(), "every gateway version parsed, matched its key and served every client")
+	g.Expect(o.checked.LongestRace()).To(BeNumerically("<=", maxRace), "every race was resolved within %v: %v", maxRace, o.checked.Races)
+	g.Expect(o.checked.Deletions).To(Equal(o.deletions), "the monitor saw exactly the deletions injected")
+	g.Expect(o.gateway.Deletions).To(Equal(o.deletions), "the gateway saw exactly the deletions injected")
+	g.Expect(o.gateway.LoadErrors).To(BeZero(), "the gateway loaded every version: %s", o.gateway.LastLoadError)
+	g.Expect(o.fleet.Total.LoadErrors).To(BeZero(), "every client loaded every version")
+	g.Expect(o.fleet.Total.Deletions).To(BeZero(), "no client Secret was deleted")
+	g.Expect(o.requested).To(BeNumerically(">", 0), "rotations were requested")
+	g.Expect(o.rotations).NotTo(BeEmpty(), "the root rotated")
+	for _, r := range o.rotations {
+		g.Expect(r.steady > 0 || r.superseded).To(BeTrue(), "rotation to R%d converged or was overtaken by the next", r.n)
+		g.Expect(r.steadyInTime).To(BeTrue(), "rotation to R%d was Steady before R%d expired", r.n, r.n-1)
+	}
+	if *duration >= judgeLeaksFrom {
+		g.Expect(o.leak.judged()).To(BeTrue(), "replicas lived long enough to be judged for leaks")
+	}
+	g.Expect(o.leak.ok()).To(BeTrue(), "dualca leaks: %+v", o.leak)
+}
+
+func (s *soak) outcome() *outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := &outcome{start: s.begin, elapsed: time.Since(s.begin), fleet: s.fleet.Stats(), gateway: s.gateway.Stats(), checked: s.mon.Result(),
+		deletions: s.deletions, faults: map[string]int{},
+		timeline: slices.Clone(s.timeline), samples: slices.Clone(s.samples), resources: slices.Clone(s.resources)}
+	o.brokenStats = o.fleet.Clients[s.broken]
+	o.attempts = o.fleet.Total.Attempts - o.brokenStats.Attempts
+	o.failures = o.fleet.Total.Failures - o.brokenStats.Failures
+	o.healthyErrors = maps.Clone(o.fleet.Total.Errors)
+	for e, n := range o.brokenStats.Errors {
+		if o.healthyErrors[e] -= n; o.healthyErrors[e] <= 0 {
+			delete(o.healthyErrors, e)
+		}
+	}
+	for _, e := range o.timeline {
+		switch e.kind {
+		case rotationRequested:
+			o.requested++
+		case rotationSkipped:
+			o.skipped++
+		case "phase":
+		default:
+			o.faults[e.kind]++
+		}
+	}
+	o.rotations = s.rotationOutcomes(o.samples)
+	o.leak = s.leaks(o.resources)
+	o.requestsPerMinute, o.peakPerMinute = requestRates(o.resources, o.elapsed)
+	return o
+}
+
+// rotationOutcomes times each root after the first from the moment the
+// root Secret held it.
+func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
+	roots := s.mon.Roots()
+	var out []rotationOutcome
+	for i := 1; i < len(roots); i++ {
+		fp := bundle.Fingerprint(roots[i])
+		r := rotationOutcome{n: i + 1, arrived: s.mon.FirstSeen("root " + fp), oldRootExpires: roots[i-1].NotAfter}
+		r.landedIn = "?"
+		for _, smp := range samples {
+			if smp.at.After(r.arrived) {
+				break
+			}
+			r.landedIn = smp.phase
+		}
+		end := time.Now()
+		if st := s.mon.FirstSeen("phase " + string(bundle.PhaseSteady) + " " + fp); !st.IsZero() {
+			r.steady, end = st.Sub(r.arrived), st
+		}
+		if i+1 < len(roots) {
+			r.superseded = r.steady == 0 || s.mon.FirstSeen("root "+bundle.Fingerprint(roots[i+1])).Before(r.arrived.Add(r.steady))
+		}
+		r.oldExpiresIn = r.oldRootExpires.Sub(end)
+		r.steadyInTime = r.oldExpiresIn > 0
+		out = append(out, r)
+	}
+	return out
+}
+
+// warmUp is how long after it starts, or takes the lease, a replica is
+// still filling its caches, starting workers and growing its heap to the
+// garbage collector's steady size: growth that settles, not a leak. The
+// 12-minute run with 100 clients showed a new leader's memory growing for
+// about four minutes, then flat. A twelfth of the run, one to three
+// minutes: short runs keep samples to judge.
+func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 3*time.Minute) }
+
+// leaks fits dualca's resources over the last three quarters of the run.
+// Each process counts from the end of its warm-up and, if it took the
+// lease, from then (becoming the leader starts the controllers: a step);
+// a process with fewer than three such samples is left out.
+func (s *soak) leaks(resources []resource) leak {
+	from := s.begin.Add(time.Since(s.begin) / 4)
+	l := leak{window: time.Since(from)}
+	mins := l.window.Minutes()
+	l.rssLimit, l.goroutineLimit, l.fdLimit = rssGrowth/mins, goroutineGrowth/mins, fdGrowth/mins
+	byPid := map[int][]resource{}
+	for _, r := range resources {
+		byPid[r.pid] = append(byPid[r.pid], r)
+	}
+	var segments [][]resource
+	for _, pid := range slices.Sorted(maps.Keys(byPid)) {
+		all := byPid[pid]
+		role := all[len(all)-1].leader
+		became := all[0].started
+		for _, r := range all {
+			if r.leader == role {
+				break
+			}
+			became = r.at
+		}
+		var seg []resource
+		for _, r := range all {
+			if r.leader == role && !r.at.Before(from) && !r.at.Before(became.Add(warmUp())) {
+				seg = append(seg, r)
+			}
+		}
+		if len(seg) >= 3 {
+			segments = append(segments, seg)
+			l.samples += len(seg)
+		}
+	}
+	l.processes = len(segments)
+	l.rss = pooledSlope(segments, func(r resource) float64 { return r.rss })
+	l.goroutines = pooledSlope(segments, func(r resource) float64 { return r.goroutines })
+	l.fds = pooledSlope(segments, func(r resource) float64 { return r.fds })
+	return l
+}
+
+// pooledSlope is the least-squares slope of v over time (per minute) shared
+// by every segment, each with an intercept of its own: the within-segment
+// estimator, which a restart's fresh start does not bias.
+func pooledSlope(segments [][]resource, v func(resource) float64) float64 {
+	var sxy, sxx float64
+	for _, seg := range segments {
+		var mx, my float64
+		for _, r := range seg {
+			mx += r.at.Sub(seg[0].at).Minutes()
+			my += v(r)
+		}
+		mx, my = mx/float64(len(seg)), my/float64(len(seg))
+		for _, r := range seg {
+			dx := r.at.Sub(seg[0].at).Minutes() - mx
+			sxy += dx * (v(r) - my)
+			sxx += dx * dx
+		}
+	}
+	if sxx == 0 {
+		return 0
+	}
+	return sxy / sxx
+}
+
+// requestRates is the replicas' API requests per minute over the run, and
+// the highest rate between two samples of a replica.
+func requestRates(resources []resource, elapsed time.Duration) (mean, peak float64) {
+	last := map[int]resource{}
+	total := 0.0
+	for _, r := range resources {
+		prev, ok := last[r.pid]
+		if ok {
+			if dt := r.at.Sub(prev.at).Minutes(); dt > 0 {
+				peak = max(peak, (r.requests-prev.requests)/dt)
+			}
+			total += r.requests - prev.requests
+		} else {
+			total += r.requests
+		}
+		last[r.pid] = r
+	}
+	return total / elapsed.Minutes(), peak
+}
