@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
 // report is everything measured, written as docs/benchmarks.md. Every
@@ -60,8 +62,10 @@ func (r *report) describe(root string) {
 		line("kernel", "Linux "+strings.TrimSpace(string(b)))
 	}
 	line("Go", runtime.Version())
-	line("kube-apiserver", commandLine(filepath.Join(root, "bin", "kube-apiserver"), "--version"))
-	line("etcd", commandLine(filepath.Join(root, "bin", "etcd"), "--version"))
+	if assets, err := controlplane.Assets(); err == nil {
+		line("kube-apiserver", commandLine(filepath.Join(assets, "kube-apiserver"), "--version"))
+		line("etcd", commandLine(filepath.Join(assets, "etcd"), "--version"))
+	}
 	line("trust-manager", "v"+strings.TrimPrefix(moduleVersion(root, "test/tools/trustmanager/go.mod", "github.com/cert-manager/trust-manager"), "v"))
 	line("cert-manager", moduleVersion(root, "test/tools/certmanager/go.mod", "github.com/cert-manager/cert-manager"))
 	r.commit = commandLineIn(root, "git", "rev-parse", "--short", "HEAD")
