@@ -111,31 +111,56 @@ type issuingWatch struct {
 	changed chan struct{}
 }
 
+// watchIssuing records when each Certificate of ns first shows Issuing=True
+// from now on. It watches from the resourceVersion of a list of one item:
+// a watch that starts by sending every Certificate (50,000 of them) is
+// closed by the API server as too slow a consumer, and one that ends is
+// opened again where it stopped.
 func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, error) {
 	wc, err := client.NewWithWatch(b.cluster.RESTConfig, client.Options{Scheme: b.cluster.Client.Scheme()})
 	if err != nil {
 		return nil, err
 	}
-	wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns))
-	if err != nil {
+	var list cmapi.CertificateList
+	if err := wc.List(ctx, &list, client.InNamespace(ns), client.Limit(1)); err != nil {
 		return nil, err
 	}
+	rv := list.ResourceVersion
 	iw := &issuingWatch{at: map[string]time.Time{}, changed: make(chan struct{})}
 	go func() {
-		defer wi.Stop()
-		for e := range wi.ResultChan() {
-			crt, ok := e.Object.(*cmapi.Certificate)
-			if !ok || e.Type == watch.Deleted {
+		for ctx.Err() == nil {
+			wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns),
+				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			for _, c := range crt.Status.Conditions {
-				if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
-					iw.saw(crt.Name, time.Now())
-				}
-			}
+			rv = iw.follow(wi, rv)
+			wi.Stop()
 		}
 	}()
 	return iw, nil
+}
+
+// follow records the events of one watch until it ends and returns the
+// resourceVersion to go on from.
+func (iw *issuingWatch) follow(wi watch.Interface, rv string) string {
+	for e := range wi.ResultChan() {
+		crt, ok := e.Object.(*cmapi.Certificate)
+		if !ok {
+			continue // a bookmark carries a version too, but an error does not
+		}
+		rv = crt.ResourceVersion
+		if e.Type == watch.Deleted {
+			continue
+		}
+		for _, c := range crt.Status.Conditions {
+			if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+				iw.saw(crt.Name, time.Now())
+			}
+		}
+	}
+	return rv
 }
 
 func (iw *issuingWatch) saw(name string, at time.Time) {

@@ -129,7 +129,8 @@ func (r *report) write(w io.Writer, plot string) error {
 		p("## Measurements that failed")
 		p("")
 		for _, f := range r.failed {
-			p("- **%s**: %s", f.step, strings.ReplaceAll(f.err, "\n", " "))
+			first, _, _ := strings.Cut(f.err, "\n")
+			p("- **%s**: %s", f.step, first)
 		}
 	}
 	r.writePropagation(p)
@@ -453,8 +454,8 @@ func (r *report) writeRest(p func(string, ...any)) {
 	p("The three processes of the last memory condition stay up for %s (dualca with `--poll-interval=%s`), each", r.rest.window.Round(time.Second), r.rest.poll)
 	p("behind a proxy of its own on 127.0.0.1 that records every request it sends, watches included: a watch")
 	p("that ends and is opened again shows as one more watch request.")
-	if len(r.poll) > 0 || len(r.scale) > 0 || len(r.cmFanout) > 0 {
-		p("Meanwhile the poll, scale and cert-manager measurements ran, in namespaces of their own.")
+	if len(r.poll) > 0 || len(r.scale) > 0 {
+		p("Meanwhile the poll and scale measurements ran, in namespaces of their own.")
 	}
 	p("")
 	p("| process | request | count | per minute |")
@@ -532,6 +533,11 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.scale {
 		f := s.fanout
+		if f.clients == 0 {
+			p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+				s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
+			continue
+		}
 		p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
 			s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
 	}

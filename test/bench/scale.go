@@ -25,6 +25,9 @@ func (b *bench) scale(ctx context.Context) error {
 		last := i == len(b.opts.scale)-1
 		pt, err := b.scalePoint(ctx, n, last)
 		if err != nil {
+			if pt.clients > 0 {
+				b.report.scale = append(b.report.scale, pt) // what was measured before it failed
+			}
 			return fmt.Errorf("%d clients: %w", n, err)
 		}
 		b.report.scale = append(b.report.scale, pt)
