@@ -34,6 +34,11 @@ type Decision struct {
 	// alone (a delay or grace period ends, a root expires); zero if none.
 	// The syncer reconciles again then, instead of waiting for the poll.
 	NextCheck time.Time
+	// Roots and Leaf are CAPEM's roots and CertPEM's first certificate,
+	// parsed, when the strategy has them at hand: whoever reports on the
+	// decision need not parse them again. nil when it has not.
+	Roots []*x509.Certificate
+	Leaf  *x509.Certificate
 }
 
 // Plan decides the next gateway Secret of the zero-downtime strategy from the
@@ -104,7 +109,7 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 	}
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
 	d := Decision{CertPEM: cred.certPEM(), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
-		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now)}
+		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now), Roots: kept, Leaf: cred.leaf}
 	if p.clients.Tracked {
 		progress := p.progress
 		d.State.Clients = &progress

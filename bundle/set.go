@@ -82,17 +82,30 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 // whoever decides repeatedly (the syncer, for as long as it runs) keeps one
 // and hands it to the decisions in Clients. It is safe for concurrent use;
 // a nil *Signatures checks every time and remembers nothing.
+//
+// It also remembers the key that verified each certificate: a signature
+// verified by one key is not checked again against a root with another key
+// (each rotation brings one), since only whoever chooses that other key,
+// knowing the signature, could make it verify too, and a root crafted that
+// way is one dualca should not keep for the client anyway. A root renewed
+// with the same key is still checked.
 type Signatures struct {
-	mu   sync.Mutex
-	seen map[[2][sha256.Size]byte]bool
+	mu     sync.Mutex
+	seen   map[[2][sha256.Size]byte]bool
+	signer map[[sha256.Size]byte][sha256.Size]byte // certificate → the key that verified it
 }
 
-// maxSignatures bounds the memory of a Signatures: about 100 bytes an entry.
-const maxSignatures = 1 << 16
+// maxSignatures bounds the memory of a Signatures: about 100 bytes an
+// entry, 26 MB when full. A reconcile asks about each client's leaf and
+// each root of the bundle (the per-root client gauge does), so the bound
+// must hold every pair at once: when the pairs outnumber it, every
+// reconcile refills it and checks every signature again. 2^18 holds 50,000
+// clients with five roots.
+const maxSignatures = 1 << 18
 
 // NewSignatures returns an empty Signatures.
 func NewSignatures() *Signatures {
-	return &Signatures{seen: map[[2][sha256.Size]byte]bool{}}
+	return &Signatures{seen: map[[2][sha256.Size]byte]bool{}, signer: map[[sha256.Size]byte][sha256.Size]byte{}}
 }
 
 // ChainsTo is the package's ChainsTo, with the signature check remembered.
@@ -114,18 +127,28 @@ func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 
 func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	key := [2][sha256.Size]byte{sha256.Sum256(leaf.Raw), sha256.Sum256(root.Raw)}
+	rootKey := sha256.Sum256(root.RawSubjectPublicKeyInfo)
 	s.mu.Lock()
 	ok, found := s.seen[key]
+	signer, signed := s.signer[key[0]]
 	s.mu.Unlock()
-	if found {
+	switch {
+	case found:
 		return ok
+	case signed && signer != rootKey:
+		ok = false
+	default:
+		ok = leaf.CheckSignatureFrom(root) == nil
 	}
-	ok = leaf.CheckSignatureFrom(root) == nil
 	s.mu.Lock()
 	if s.seen == nil || len(s.seen) >= maxSignatures {
-		s.seen = map[[2][sha256.Size]byte]bool{} // simpler than an LRU, and a refill costs one pass
+		// Simpler than an LRU, and a refill costs one pass.
+		s.seen, s.signer = map[[2][sha256.Size]byte]bool{}, map[[sha256.Size]byte][sha256.Size]byte{}
 	}
 	s.seen[key] = ok
+	if ok {
+		s.signer[key[0]] = rootKey
+	}
 	s.mu.Unlock()
 	return ok
 }

@@ -234,6 +234,36 @@ func TestSignaturesRememberPerPair(t *testing.T) {
 	}
 }
 
+// TestSignaturesRememberTheKeyThatSigned: once a certificate verified under
+// one key, roots with another key are answered without a check, and a root
+// renewed with the same key still verifies it, in whichever order they
+// are asked about.
+func TestSignaturesRememberTheKeyThatSigned(t *testing.T) {
+	t.Parallel()
+	root := newRoot(t, "dualca root")
+	sameKey := newCert(t, "dualca root", certs.Options{IsCA: true, Key: root.Key}, nil) // renewed, key kept
+	other := newRoot(t, "dualca root")                                                  // renewed, new key
+	leaf := newCert(t, "client", certs.Options{}, root)
+	tests := map[string][]*certs.CA{
+		"the signer first":       {root, other, sameKey},
+		"another key first":      {other, root, sameKey},
+		"the same key first":     {sameKey, other, root},
+		"another key on its own": {other},
+	}
+	for name, order := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			sigs := bundle.NewSignatures()
+			for range 2 {
+				for _, r := range order {
+					g.Expect(sigs.ChainsTo(leaf.Cert, r.Cert)).To(Equal(r != other), "root with the signing key: %v", r != other)
+				}
+			}
+		})
+	}
+}
+
 func TestContainsAndFind(t *testing.T) {
 	t.Parallel()
 	a := newRoot(t, "root")

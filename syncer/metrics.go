@@ -125,12 +125,17 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 		}
 		m.phase.WithLabelValues(name).Set(v)
 	}
-	if chain, err := bundle.ParseCertificates("tls.crt", d.CertPEM); err == nil {
-		m.serverExpiry.Set(float64(chain[0].NotAfter.Unix()))
+	leaf, roots := d.Leaf, d.Roots
+	if leaf == nil {
+		if chain, err := bundle.ParseCertificates("tls.crt", d.CertPEM); err == nil {
+			leaf = chain[0]
+		}
 	}
-	roots, err := bundle.ParseCertificates("ca.crt", d.CAPEM)
-	if err != nil {
-		roots = nil
+	if leaf != nil {
+		m.serverExpiry.Set(float64(leaf.NotAfter.Unix()))
+	}
+	if roots == nil {
+		roots, _ = bundle.ParseCertificates("ca.crt", d.CAPEM)
 	}
 	m.bundleRoots.Set(float64(len(roots)))
 	m.rootExpiry.Reset()

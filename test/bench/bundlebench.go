@@ -11,15 +11,19 @@ import (
 	"github.com/dualca/dualca/test/controlplane"
 )
 
-// bundleBenchmarks runs the go test benchmarks of the bundle package five
-// times each and keeps the medians.
+// bundleBenchmarks runs the go test benchmarks of the bundle package three
+// times each (once in a quick run) and keeps the medians.
 func (b *bench) bundleBenchmarks(ctx context.Context) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
-	b.report.bundleCommand = "go test -run '^$' -bench . -benchmem -count 5 ./bundle/"
-	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "5", "./bundle/")
+	count := "3"
+	if b.opts.quick {
+		count = "1"
+	}
+	b.report.bundleCommand = "go test -run '^$' -bench . -benchmem -count " + count + " ./bundle/"
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", count, "./bundle/")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {

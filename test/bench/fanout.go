@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,91 +23,41 @@ import (
 	"github.com/dualca/dualca/test/certs"
 )
 
-// fanOut selects thousands of client Certificates, all on the old root,
-// rotates the root and times how dualca triggers their re-issuance at the
-// configured rate. No cert-manager runs: what is measured is the trigger
-// path, each Certificate's Issuing condition as dualca sets it.
-func (b *bench) fanOut(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	n := b.opts.fanout
-	r1, err := newRoot("fanout-root-1")
-	if err != nil {
-		return err
-	}
-	r2, err := newRoot("fanout-root-2")
-	if err != nil {
-		return err
-	}
-	w, err := b.newWorld(ctx, "fanout", r1)
-	if err != nil {
-		return err
-	}
-	began := time.Now()
-	if err := b.createClients(ctx, w.ns, r1, n); err != nil {
-		return err
-	}
-	b.log("created %d client Certificates and Secrets in %s", n, time.Since(began).Round(time.Second))
-	triggered, err := b.watchIssuing(ctx, w.ns)
-	if err != nil {
-		return err
-	}
-	p, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent",
-		"--client-namespaces="+w.ns, fmt.Sprintf("--renewal-qps=%g", b.opts.qps), fmt.Sprintf("--renewal-burst=%d", b.opts.burst),
-		"--trust-propagation-delay=100ms", "--server-switch-grace=1h")
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	if _, err := w.gw.steadyOn(ctx, 0, r1); err != nil {
-		return err
-	}
-	rates := b.sampleRequestRate(ctx)
-	mark := w.gw.mark()
-	rotated, err := w.writeRoot(ctx, r2)
-	if err != nil {
-		return err
-	}
-	if _, err := w.gw.holds(ctx, mark, r2); err != nil {
-		return err
-	}
-	ideal := time.Duration(float64(n) / b.opts.qps * float64(time.Second))
-	if err := triggered.waitAll(ctx, n, 2*ideal+time.Minute); err != nil {
-		return err
-	}
-	// One more second of request rates, for the tail.
-	time.Sleep(time.Second)
-	cancelRates := rates.stop()
-	metrics, err := p.scrape(ctx)
-	if err != nil {
-		return err
-	}
-	first, last := triggered.span()
-	b.report.fanout = fanoutResult{
-		clients: n, qps: b.opts.qps, burst: b.opts.burst,
-		toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
-		peakRate: cancelRates.peak, meanRate: cancelRates.mean(first, last),
-		renewals: metricLines(metrics, "dualca_renewals_total"),
-	}
-	b.log("fan-out: %d triggered in %s (ideal %s), API server peak %.0f req/s", n, last.Sub(first).Round(time.Millisecond), ideal, cancelRates.peak)
-	return nil
-}
+// clientLabel selects the client Certificates dualca tracks.
+const clientLabel = "bench.dualca.io/client"
+
+// clientName is the name of the i-th client Certificate and its Secret.
+func clientName(i int) string { return fmt.Sprintf("client-%05d", i) }
 
 // createClients creates n selected Certificates, each with a Secret as
-// cert-manager writes it: a leaf from root, ca.crt holding root.
+// cert-manager writes it: a leaf of its own from root, ca.crt holding root.
+// No cert-manager runs: nothing issues them, and none needs to be issued.
 func (b *bench) createClients(ctx context.Context, ns string, root *certs.CA, n int) error {
+	return b.createClientRange(ctx, ns, root, 0, n)
+}
+
+func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA, from, to int) error {
+	if to <= from {
+		return nil
+	}
 	now := time.Now()
-	leaf, err := certs.New("client", now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{}, root)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i := range n {
+	g.SetLimit(16)
+	for i := from; i < to; i++ {
 		g.Go(func() error {
-			name := fmt.Sprintf("client-%04d", i)
+			name := clientName(i)
+			// One key for all, a certificate each: signing is cheap, key
+			// generation is not, and dualca checks each leaf on its own.
+			leaf, err := certs.New(name, now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{Key: key}, root)
+			if err != nil {
+				return err
+			}
 			crt := &cmapi.Certificate{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"bench.dualca.io/client": "agent"}},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clientLabel: "agent"}},
 				Spec: cmapi.CertificateSpec{CommonName: name, SecretName: name,
 					IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
 			}
@@ -122,6 +75,35 @@ func (b *bench) createClients(ctx context.Context, ns string, root *certs.CA, n 
 	return g.Wait()
 }
 
+// triggerFanOut rotates the root of w under a running dualca p that
+// selects n clients on the old root, and times how it sets their Issuing
+// condition at its --renewal-qps (qps). No cert-manager runs.
+func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p *process, next *certs.CA, n int, qps float64) (fanoutResult, error) {
+	triggered, err := b.watchIssuing(ctx, w.ns)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	rates := b.sampleRequestRate(ctx)
+	mark := gw.mark()
+	rotated, err := w.writeRoot(ctx, next)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	if _, err := gw.trusting(ctx, mark, next.Cert); err != nil {
+		return fanoutResult{}, err
+	}
+	ideal := time.Duration(float64(n) / qps * float64(time.Second))
+	if err := triggered.waitAll(ctx, n, 2*ideal+time.Minute); err != nil {
+		scrape, _ := p.scrape(ctx)
+		return fanoutResult{}, fmt.Errorf("%w; dualca's renewals: %s\n%s", err, strings.Join(metricLines(scrape, "dualca_renewals_total"), ", "), tailOf(p.log.String(), 10))
+	}
+	time.Sleep(time.Second) // the tail of the request rate
+	r := rates.stop()
+	first, last := triggered.span()
+	return fanoutResult{clients: n, qps: qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
+		peakRate: r.peak, meanRate: r.mean(first, last)}, nil
+}
+
 // issuingWatch records when each Certificate first had Issuing=True.
 type issuingWatch struct {
 	mu      sync.Mutex
@@ -129,31 +111,56 @@ type issuingWatch struct {
 	changed chan struct{}
 }
 
+// watchIssuing records when each Certificate of ns first shows Issuing=True
+// from now on. It watches from the resourceVersion of a list of one item:
+// a watch that starts by sending every Certificate (50,000 of them) is
+// closed by the API server as too slow a consumer, and one that ends is
+// opened again where it stopped.
 func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, error) {
 	wc, err := client.NewWithWatch(b.cluster.RESTConfig, client.Options{Scheme: b.cluster.Client.Scheme()})
 	if err != nil {
 		return nil, err
 	}
-	wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns))
-	if err != nil {
+	var list cmapi.CertificateList
+	if err := wc.List(ctx, &list, client.InNamespace(ns), client.Limit(1)); err != nil {
 		return nil, err
 	}
+	rv := list.ResourceVersion
 	iw := &issuingWatch{at: map[string]time.Time{}, changed: make(chan struct{})}
 	go func() {
-		defer wi.Stop()
-		for e := range wi.ResultChan() {
-			crt, ok := e.Object.(*cmapi.Certificate)
-			if !ok || e.Type == watch.Deleted {
+		for ctx.Err() == nil {
+			wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns),
+				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			for _, c := range crt.Status.Conditions {
-				if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
-					iw.saw(crt.Name, time.Now())
-				}
-			}
+			rv = iw.follow(wi, rv)
+			wi.Stop()
 		}
 	}()
 	return iw, nil
+}
+
+// follow records the events of one watch until it ends and returns the
+// resourceVersion to go on from.
+func (iw *issuingWatch) follow(wi watch.Interface, rv string) string {
+	for e := range wi.ResultChan() {
+		crt, ok := e.Object.(*cmapi.Certificate)
+		if !ok {
+			continue // a bookmark carries a version too, but an error does not
+		}
+		rv = crt.ResourceVersion
+		if e.Type == watch.Deleted {
+			continue
+		}
+		for _, c := range crt.Status.Conditions {
+			if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
+				iw.saw(crt.Name, time.Now())
+			}
+		}
+	}
+	return rv
 }
 
 func (iw *issuingWatch) saw(name string, at time.Time) {
@@ -298,15 +305,19 @@ func metricLines(scrape, name string) []string {
 	return out
 }
 
-// fanoutResult is the renewal fan-out measurement.
+// fanoutResult is a renewal fan-out.
 type fanoutResult struct {
 	clients  int
 	qps      float64
-	burst    int
-	toFirst  time.Duration // root write → first trigger
+	toFirst  time.Duration // root write acknowledged → first trigger
 	total    time.Duration // first → last trigger
 	ideal    time.Duration // clients / qps
 	peakRate float64       // API server requests/s, highest 1 s window
 	meanRate float64       // over the fan-out
-	renewals []string
+	// reissued is root write → every client's Secret from the new root,
+	// when cert-manager does the re-issues; 0 otherwise.
+	reissued time.Duration
+	// retriggers counts the issuances cert-manager failed and the benchmark
+	// triggered again.
+	retriggers int64
 }

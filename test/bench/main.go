@@ -1,20 +1,25 @@
-// Command bench measures dualca against its performance targets on a real
-// kube-apiserver and etcd, and writes the figures to docs/benchmarks.md,
-// each target beside what was measured, with a plot beside it. Run it with
-// `make bench`.
+// Command bench measures dualca against its performance targets, side by
+// side with what a user would install instead (cert-manager trust-manager)
+// and with the floor (a trivial copier), on one real kube-apiserver and etcd
+// in one run, and writes docs/benchmarks.md with its plots. Run it with
+// `make bench` (about 30 minutes), or `make bench QUICK=1` for a reduced run
+// of a few minutes whose report says it is not the final one.
 //
-// It measures, each over repeated runs:
-//   - propagation: a root change until the gateway Secret holds it, over
-//     hundreds of rotations, watched from outside dualca;
+// It measures:
+//   - propagation: from the root's update acknowledged to the watch event of
+//     each system's target Secret carrying it, over hundreds of same-subject
+//     rotations at random moments, overlapping ones included;
+//   - how the cost grows with the roots piled up in dualca's bundle;
+//   - one client on the old root handshaking through a TLS gateway that
+//     reads each system's target, across a rotation;
+//   - start-up: process start to the gateway in sync, and to ready;
+//   - memory side by side (dualca, trust-manager, a namespace informer),
+//     beside 10,000 unrelated Secrets in one namespace and over 100, and
+//     their requests at rest over a long window;
 //   - the poll alone (watches disabled): how long a missed change waits;
-//   - memory: dualca's resident set with 0, 1,000 and 10,000 unrelated
-//     Secrets beside the root, next to a baseline that caches every Secret
-//     of the namespace as a plain informer would;
-//   - API cost at rest: requests per poll interval when nothing changes;
-//   - renewal fan-out: thousands of client Certificates triggered at the
-//     configured rate, against the ideal time, with the API server's own
-//     count of the requests it served;
-//   - the bundle operations, with go test -bench.
+//   - how the cost grows with selected clients (1,000 to 50,000);
+//   - the renewal fan-out with the real cert-manager doing the re-issues;
+//   - the bundle package's micro-benchmarks.
 //
 // It never prints key or certificate bytes.
 package main
@@ -31,63 +36,65 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
 )
 
 // options are the benchmark's flags; the defaults are what `make bench`
-// reports.
+// reports, -quick makes each measurement small.
 type options struct {
-	dualca    string
-	out       string
-	plot      string
-	runs      int
-	rotations int
-	polls     int
-	poll      time.Duration
-	secrets   []int
-	fanout    int
-	qps       float64
-	burst     int
-	only      string
+	dualca, out, plot string
+	quick             bool
+	only              string
+
+	rotations      int           // propagation, per system
+	rootSizes      intList       // bundle sizes measured
+	turns          int           // rotations at each bundle size
+	starts         int           // start-up, per client count
+	startupClients int           // the second start-up client count
+	unrelated      int           // unrelated Secrets, per memory condition
+	rest           time.Duration // the at-rest window
+	restPoll       time.Duration // dualca's --poll-interval in it
+	runs           int           // poll-only runs
+	polls          int           // missed changes per poll-only run
+	poll           time.Duration // --poll-interval of the poll-only and scale runs
+	scale          intList       // selected clients of the scale runs
+	touches        int           // reconciles at rest per scale point
+	fanout         int           // clients re-issued by cert-manager
+	fanoutRuns     int
+	qps            float64 // --renewal-qps with cert-manager
 }
 
 type bench struct {
-	opts    options
-	dualca  string
-	cluster *cluster.Cluster
-	cs      kubernetes.Interface
-	report  report
-	log     func(format string, args ...any)
+	root      string // the repository
+	opts      options
+	dualca    string
+	cluster   *cluster.Cluster
+	cs        kubernetes.Interface
+	report    report
+	log       func(format string, args ...any)
+	trustCRDs bool
+	// restDone is closed when the at-rest window is over.
+	restDone chan struct{}
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == baselineCommand {
-		if err := runBaseline(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "baseline:", err)
-			os.Exit(1)
-		}
+	if len(os.Args) > 1 && subcommand(os.Args[1], os.Args[2:]) {
 		return
 	}
 	var o options
-	secrets := intList{0, 1000, 10000}
 	flag.StringVar(&o.dualca, "dualca", "bin/dualca", "the dualca binary to measure")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
 	flag.StringVar(&o.plot, "plot", "docs/benchmarks.png", "where to write the plot")
-	flag.IntVar(&o.runs, "runs", 3, "repetitions of each measurement")
-	flag.IntVar(&o.rotations, "rotations", 70, "root rotations per propagation run (each waits for the previous to complete, about 2 s)")
-	flag.IntVar(&o.polls, "polls", 15, "missed changes per poll-only run")
-	flag.DurationVar(&o.poll, "poll-interval", 2*time.Second, "dualca's --poll-interval in the poll-only and at-rest runs")
-	flag.Var(&secrets, "secrets", "numbers of unrelated Secrets for the memory runs, comma-separated")
-	flag.IntVar(&o.fanout, "fanout", 2000, "client Certificates in the fan-out run")
-	flag.Float64Var(&o.qps, "qps", 100, "dualca's --renewal-qps in the fan-out run")
-	flag.IntVar(&o.burst, "burst", 10, "dualca's --renewal-burst in the fan-out run")
-	flag.StringVar(&o.only, "only", "", "run one measurement only (propagation, poll, memory, rest, fanout, bundle); the report is then printed, not written")
+	flag.BoolVar(&o.quick, "quick", false, "a reduced run of a few minutes; its report says it is not final")
+	flag.StringVar(&o.only, "only", "", "run one measurement only ("+strings.Join(stepNames(), ", ")+"); the report is printed, not written")
 	flag.Parse()
-	o.secrets = secrets
+	o.defaults()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
@@ -98,46 +105,94 @@ func main() {
 	}
 }
 
+// subcommand runs the benchmark binary as the copier when name says so,
+// and reports whether it did.
+func subcommand(name string, args []string) bool {
+	var err error
+	switch name {
+	case copierCommand:
+		err = runCopier(args)
+	default:
+		return false
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// defaults are the full run's sizes, or the quick run's.
+func (o *options) defaults() {
+	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
+		rotations: 300, rootSizes: intList{2, 3, 10, 30, 60}, turns: 40, starts: 20, startupClients: 1000,
+		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
+		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, qps: 100}
+	if o.quick {
+		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 45, intList{2, 3, 10, 30}, 15, 5, 200
+		o.unrelated, o.rest, o.restPoll, o.runs, o.polls = 1000, time.Minute, 10*time.Second, 1, 5
+		o.scale, o.touches, o.fanout, o.fanoutRuns = intList{200, 1000}, 10, 200, 1
+	}
+}
+
+// step is one measurement.
+type step struct {
+	name string
+	run  func(*bench, context.Context) error
+}
+
+// steps run in this order. The at-rest window that memory opens runs on in
+// the background while poll and scale run in namespaces of their own; the
+// report waits for it.
+var steps = []step{
+	{"bundle", (*bench).bundleBenchmarks},
+	// First on the API server: cert-manager, once started, works on every
+	// Certificate it finds, and the later steps create tens of thousands
+	// that no issuer exists for.
+	{"cert-manager", (*bench).certManagerFanOut},
+	{"propagation", (*bench).propagation},
+	{"roots", (*bench).roots},
+	{"handshakes", (*bench).handshakes},
+	{"startup", (*bench).startup},
+	{"memory", (*bench).memory},
+	{"poll", (*bench).pollOnly},
+	{"scale", (*bench).scale},
+}
+
+func stepNames() []string {
+	var names []string
+	for _, s := range steps {
+		names = append(names, s.name)
+	}
+	return names
+}
+
 func run(ctx context.Context, o options) error {
+	// Libraries that log through controller-runtime (envtest installing
+	// CRDs) say nothing the report needs.
+	logf.SetLogger(logr.Discard())
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
 	}
-	b := &bench{opts: o, dualca: o.dualca, log: func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	b := &bench{root: root, opts: o, dualca: o.dualca, log: func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}}
 	if !filepath.IsAbs(b.dualca) {
 		b.dualca = filepath.Join(root, b.dualca)
 	}
-	if _, err := os.Stat(b.dualca); err != nil {
-		return fmt.Errorf("the dualca binary: %w (make build)", err)
-	}
-	b.report.started = time.Now()
-	b.report.pollInterval = o.poll
-	if err := b.report.describeMachine(root); err != nil {
-		return err
-	}
-
-	steps := []struct {
-		name string
-		run  func(context.Context) error
-	}{
-		{"bundle", b.bundleBenchmarks},
-		{"propagation", b.propagation},
-		{"poll", b.pollOnly},
-		{"rest", b.atRest},
-		{"memory", b.memory},
-		{"fanout", b.fanOut},
-	}
-	needCluster := false
-	for _, s := range steps {
-		if s.name != "bundle" && (o.only == "" || o.only == s.name) {
-			needCluster = true
+	for _, tool := range []string{b.dualca, b.tool("trust-manager")} {
+		if _, err := os.Stat(tool); err != nil {
+			return fmt.Errorf("%w (make build trust-manager)", err)
 		}
 	}
-	if needCluster {
+	b.report.started = time.Now()
+	b.report.quick, b.report.only = o.quick, o.only
+	b.report.describe(root)
+	if o.only != "bundle" {
 		b.log("starting kube-apiserver and etcd")
-		c, err := cluster.Start(ctx, cluster.Options{WithoutCertManager: true})
+		// cert-manager's waits are long: it issues thousands on two cores.
+		c, err := cluster.Start(ctx, cluster.Options{WithoutCertManager: true, NoSignalHandler: true, Timeout: 5 * time.Minute})
 		if err != nil {
 			return err
 		}
@@ -155,23 +210,38 @@ func run(ctx context.Context, o options) error {
 		}
 		began := time.Now()
 		b.log("measuring %s", s.name)
-		if err := s.run(ctx); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+		if err := s.run(b, ctx); err != nil {
+			// The other measurements still run; the report says what failed.
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			b.log("%s FAILED after %s: %v", s.name, time.Since(began).Round(time.Second), err)
+			b.report.failed = append(b.report.failed, stepFailure{step: s.name, err: err.Error()})
+			continue
 		}
 		b.log("%s done in %s", s.name, time.Since(began).Round(time.Second))
+	}
+	if b.restDone != nil {
+		b.log("waiting for the end of the at-rest window")
+		select {
+		case <-b.restDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	b.report.took = time.Since(b.report.started)
 	if o.only != "" {
 		return b.report.write(os.Stdout, "")
 	}
-	if err := b.report.plot(filepath.Join(root, o.plot)); err != nil {
+	plot, out := inRepo(root, o.plot), inRepo(root, o.out)
+	if err := b.report.plot(plot); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(root, o.out))
+	f, err := os.Create(out)
 	if err != nil {
 		return err
 	}
-	if err := b.report.write(f, filepath.Base(o.plot)); err != nil {
+	if err := b.report.write(f, filepath.Base(plot)); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -180,6 +250,14 @@ func run(ctx context.Context, o options) error {
 	}
 	b.log("wrote %s and %s", o.out, o.plot)
 	return nil
+}
+
+// inRepo is path, relative to the repository unless absolute.
+func inRepo(root, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(root, path)
 }
 
 // intList is a comma-separated list of numbers, as a flag.

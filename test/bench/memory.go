@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,97 +16,269 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/dualca/dualca/test/controlplane"
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/certs"
 )
 
 // unrelatedSize is the data of each unrelated Secret.
 const unrelatedSize = 8 << 10
 
-// memory starts dualca and the baseline side by side, fresh, beside 0,
-// 1,000 and 10,000 unrelated Secrets in the root's namespace, and compares
-// their resident sets once both are in sync. dualca runs with client
-// tracking on in that namespace too: the unrelated Secrets carry no
-// cert-manager label, so its client cache must not hold them either.
+// unrelatedLabel marks the unrelated Secrets, so that they go in one call.
+const unrelatedLabel = "bench.dualca.io/unrelated"
+
+// The memory side by side: dualca, trust-manager and a plain namespace
+// informer (the third reference: what following the root through a
+// controller-runtime manager's cached client costs), each its own process,
+// each behind a proxy of its own that counts its requests. They start fresh
+// in an empty world, then beside 10,000 unrelated Secrets in the root's
+// namespace, then beside 10,000 over 100 namespaces; the last three stay,
+// at rest, for the rest window, their requests counted.
+
+// memoryCondition names the three conditions.
+var memoryConditions = []string{"empty", "in the root's namespace", "over 100 namespaces"}
+
 func (b *bench) memory(ctx context.Context) error {
-	for run := range b.opts.runs {
-		root, err := newRoot("memory-root")
-		if err != nil {
-			return err
-		}
-		// Watched too, like the others; the benchmark's own two watches
-		// are in neither process measured.
-		w, err := b.newWorld(ctx, fmt.Sprintf("memory-%d", run), root)
-		if err != nil {
-			return err
-		}
-		created := 0
-		for _, n := range b.opts.secrets {
-			if err := b.createUnrelated(ctx, w.ns, created, n); err != nil {
+	root, err := newRoot()
+	if err != nil {
+		return err
+	}
+	w, err := b.newWorld(ctx, "memory", root)
+	if err != nil {
+		return err
+	}
+	n := b.opts.unrelated
+	for i, cond := range memoryConditions {
+		switch i {
+		case 1:
+			if err := b.createUnrelated(ctx, []string{w.ns}, n); err != nil {
 				return err
 			}
-			created = max(created, n)
-			m, err := b.memoryPoint(ctx, w)
-			if err != nil {
+		case 2:
+			if err := b.cs.CoreV1().Secrets(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: unrelatedLabel}); err != nil {
 				return err
 			}
-			m.secrets, m.run = n, run
-			b.report.memory = append(b.report.memory, m)
-			b.log("memory run %d with %d secrets: dualca %s, baseline %s", run+1, n, mib(m.dualca), mib(m.baseline))
+			var spread []string
+			for k := range 100 {
+				ns := fmt.Sprintf("spread-%02d", k)
+				if err := b.cluster.CreateNamespace(ctx, ns); err != nil {
+					return err
+				}
+				spread = append(spread, ns)
+			}
+			if err := b.createUnrelated(ctx, spread, n); err != nil {
+				return err
+			}
+		}
+		last := i == len(memoryConditions)-1
+		if err := b.memoryPoint(ctx, w, cond, last); err != nil {
+			return fmt.Errorf("%s: %w", cond, err)
 		}
 	}
 	return nil
 }
 
-// memoryPoint measures both processes, started fresh against the namespace
-// as it is.
-func (b *bench) memoryPoint(ctx context.Context, w *world) (memoryPoint, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return memoryPoint{}, err
-	}
-	metrics, err := controlplane.FreeAddress()
-	if err != nil {
-		return memoryPoint{}, err
-	}
-	base, err := startProcess("baseline", self, baselineCommand, "--kubeconfig="+b.cluster.Kubeconfig, "--namespace="+w.ns,
-		"--metrics-bind-address="+metrics)
-	if err != nil {
-		return memoryPoint{}, err
-	}
-	base.metrics = metrics
-	defer base.stop()
-	d, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent")
-	if err != nil {
-		return memoryPoint{}, err
-	}
-	defer d.stop()
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := errors.Join(base.alive(), d.alive()); err != nil {
-			return false, err
-		}
-		m, err := d.scrape(ctx)
-		synced := err == nil && strings.Contains(m, "\ndualca_root_valid 1\n") && strings.Contains(m, `dualca_phase{phase="Steady"} 1`)
-		return synced && strings.Contains(base.log.String(), "ready"), nil
-	})
-	if err != nil {
-		return memoryPoint{}, fmt.Errorf("waiting for dualca and the baseline to sync: %w", err)
-	}
-	rss, heap, err := settledMemory(ctx, d, base)
-	if err != nil {
-		return memoryPoint{}, err
-	}
-	return memoryPoint{dualca: rss[0], baseline: rss[1], dualcaHeap: heap[0], baselineHeap: heap[1]}, nil
+// sideBySide is one of the three processes with its proxy.
+type sideBySide struct {
+	name  string
+	proc  *process
+	proxy *countingProxy
 }
 
-// createUnrelated creates Secrets from..to-1 in ns, eight at a time.
-func (b *bench) createUnrelated(ctx context.Context, ns string, from, to int) error {
+// memoryPoint starts the three fresh, waits until each has synced, and
+// samples their resident sets. When rest is set they keep running in the
+// background for the rest window, and restDone is closed when it is over.
+func (b *bench) memoryPoint(ctx context.Context, w *world, cond string, rest bool) error {
+	var procs []*sideBySide
+	stopAll := func() {
+		for _, s := range procs {
+			s.proc.stop()
+			s.proxy.close()
+		}
+	}
+	for _, name := range []string{systemDualca, systemTrustManager, informerName} {
+		proxy, err := b.newProxy(name + "-" + strings.ReplaceAll(cond, " ", "-"))
+		if err != nil {
+			stopAll()
+			return err
+		}
+		p, err := b.startReference(ctx, name, w, proxy.kubeconfig)
+		if err != nil {
+			proxy.close()
+			stopAll()
+			return err
+		}
+		procs = append(procs, &sideBySide{name: name, proc: p, proxy: proxy})
+	}
+	if err := b.waitSynced(ctx, w, procs); err != nil {
+		stopAll()
+		return err
+	}
+	rss := map[string]int64{}
+	for _, s := range procs {
+		r, err := settledRSS(ctx, s.proc)
+		if err != nil {
+			stopAll()
+			return err
+		}
+		rss[s.name] = r
+	}
+	b.report.memory = append(b.report.memory, memoryPoint{condition: cond, secrets: b.opts.unrelated, rss: rss})
+	b.log("memory %s: dualca %s, trust-manager %s, informer %s", cond, mib(rss[systemDualca]), mib(rss[systemTrustManager]), mib(rss[informerName]))
+	if !rest {
+		stopAll()
+		return nil
+	}
+	b.restDone = make(chan struct{})
+	go func() {
+		defer close(b.restDone)
+		defer stopAll()
+		b.atRest(ctx, w, procs)
+	}()
+	return nil
+}
+
+// informerName is the third reference.
+const informerName = "informer"
+
+// startReference starts one of the three for world w through kubeconfig.
+func (b *bench) startReference(ctx context.Context, name string, w *world, kubeconfig string) (*process, error) {
+	switch name {
+	case systemDualca:
+		// Default poll interval, client tracking on (no client selected).
+		return b.startDualca(kubeconfig, w.rootFlag(), w.gatewayFlag(), "--client-selector="+clientLabel+"=agent",
+			"--client-namespaces="+w.ns, "--poll-interval="+b.opts.restPoll.String())
+	case systemTrustManager:
+		return b.startTrustManager(ctx, w, kubeconfig)
+	}
+	informer, err := b.informerBinary()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess(informerName, informer, "--kubeconfig="+kubeconfig, "--namespace="+w.ns)
+}
+
+// informerBinary builds test/bench/informer once, into the cluster's
+// temporary directory.
+func (b *bench) informerBinary() (string, error) {
+	path := filepath.Join(b.cluster.Dir, "informer")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	cmd := exec.Command("go", "build", "-o", path, "./test/bench/informer")
+	cmd.Dir = b.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the informer: %w\n%s", err, out)
+	}
+	return path, nil
+}
+
+// waitSynced waits until dualca is ready, trust-manager's target carries the
+// root and the informer says ready.
+func (b *bench) waitSynced(ctx context.Context, w *world, procs []*sideBySide) error {
+	target, err := w.watchSecret(ctx, bundleName(w))
+	if err != nil {
+		return err
+	}
+	certs, err := bundle.ParseCertificates("ca.crt", w.root.Data["ca.crt"])
+	if err != nil {
+		return err
+	}
+	rootFP := bundle.Fingerprint(certs[0])
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		all := true
+		for _, s := range procs {
+			if err := s.proc.alive(); err != nil {
+				return false, err
+			}
+			switch s.name {
+			case systemDualca:
+				all = all && s.proc.ready(ctx)
+			case systemTrustManager:
+				vs := target.since(0)
+				all = all && len(vs) > 0 && vs[len(vs)-1].trusts[rootFP]
+			default:
+				all = all && strings.Contains(s.proc.log.String(), "ready")
+			}
+		}
+		return all, nil
+	})
+}
+
+// atRest counts each process's requests over the rest window.
+func (b *bench) atRest(ctx context.Context, w *world, procs []*sideBySide) {
+	began := time.Now()
+	gw, err := w.watchSecret(ctx, gatewayName)
+	if err != nil {
+		b.log("at rest: %v", err)
+		return
+	}
+	target, err := w.watchSecret(ctx, bundleName(w))
+	if err != nil {
+		b.log("at rest: %v", err)
+		return
+	}
+	gwMark, targetMark := gw.mark(), target.mark()
+	select {
+	case <-time.After(b.opts.rest):
+	case <-ctx.Done():
+		return
+	}
+	res := restResult{window: time.Since(began), poll: b.opts.restPoll, requests: map[string][]timedRequest{}, alive: map[string]error{},
+		versions: map[string]int{systemDualca: gw.mark() - gwMark, systemTrustManager: target.mark() - targetMark}}
+	for _, s := range procs {
+		res.requests[s.name] = s.proxy.since(began)
+		res.alive[s.name] = s.proc.alive()
+	}
+	b.report.rest = &res
+	b.log("at rest over %s: dualca %d requests, trust-manager %d, informer %d", res.window.Round(time.Second),
+		len(res.requests[systemDualca]), len(res.requests[systemTrustManager]), len(res.requests[informerName]))
+}
+
+// restResult is the rest window.
+type restResult struct {
+	window, poll time.Duration
+	requests     map[string][]timedRequest
+	// versions counts the new versions of dualca's gateway Secret and of
+	// trust-manager's target in the window.
+	versions map[string]int
+	alive    map[string]error
+}
+
+// createUnrelated creates n Secrets of unrelatedSize spread evenly over
+// namespaces, sixteen at a time.
+func (b *bench) createUnrelated(ctx context.Context, namespaces []string, n int) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for i := from; i < to; i++ {
+	g.SetLimit(16)
+	for i := range n {
 		g.Go(func() error {
 			data := make([]byte, unrelatedSize)
 			_, _ = rand.Read(data)
-			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i)}, Data: map[string][]byte{"blob": data}}
+			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Labels: map[string]string{unrelatedLabel: "true"}},
+				Data: map[string][]byte{"blob": data}}
+			_, err := b.cs.CoreV1().Secrets(namespaces[i%len(namespaces)]).Create(ctx, s, metav1.CreateOptions{})
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// createLabelledSecrets creates n Secrets as cert-manager writes them (its
+// label, a leaf from root) that belong to no Certificate.
+func (b *bench) createLabelledSecrets(ctx context.Context, ns string, root *certs.CA, n int) error {
+	now := time.Now()
+	leaf, err := certs.New("orphan", now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{}, root)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("orphan-%05d", i), Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
+				Type: corev1.SecretTypeTLS,
+				Data: map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM}}
 			_, err := b.cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{})
 			return err
 		})
@@ -114,73 +286,41 @@ func (b *bench) createUnrelated(ctx context.Context, ns string, from, to int) er
 	return g.Wait()
 }
 
-// memoryPoint is one side-by-side measurement.
+// memoryPoint is the three resident sets in one condition.
 type memoryPoint struct {
-	run, secrets     int
-	dualca, baseline int64 // median resident set, bytes
-	// dualcaHeap and baselineHeap are the median heap in use (the Go
-	// runtime's go_memstats_heap_inuse_bytes), which the runtime's lazy
-	// return of memory to the kernel does not blur.
-	dualcaHeap, baselineHeap int64
+	condition string
+	secrets   int
+	rss       map[string]int64 // median, bytes
 }
 
-// settledMemory samples the processes' resident set and heap in use for a
-// while and returns the medians.
-func settledMemory(ctx context.Context, ps ...*process) (rss, heap []int64, err error) {
-	// Start-up garbage is collected within a few seconds.
+// settledRSS waits 5 s for start-up garbage to go, then samples the
+// process's resident set every 250 ms and returns the median.
+func settledRSS(ctx context.Context, p *process) (int64, error) {
 	select {
 	case <-time.After(5 * time.Second):
 	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+		return 0, ctx.Err()
 	}
-	rssSamples, heapSamples := make([][]int64, len(ps)), make([][]int64, len(ps))
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for i, p := range ps {
-			if err := p.alive(); err != nil {
-				return false, err
-			}
-			r, err := p.rss()
-			if err != nil {
-				return false, err
-			}
-			m, err := p.scrape(ctx)
-			if err != nil {
-				return false, err
-			}
-			h, err := gauge(m, "go_memstats_heap_inuse_bytes")
-			if err != nil {
-				return false, err
-			}
-			rssSamples[i], heapSamples[i] = append(rssSamples[i], r), append(heapSamples[i], int64(h))
+	var samples []int64
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
 		}
-		return len(rssSamples[0]) >= memorySamples, nil
+		r, err := p.rss()
+		if err != nil {
+			return false, err
+		}
+		samples = append(samples, r)
+		return len(samples) >= memorySamples, nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return 0, err
 	}
-	return medians(rssSamples), medians(heapSamples), nil
+	slices.Sort(samples)
+	return samples[len(samples)/2], nil
 }
 
 // memorySamples are taken 250 ms apart.
 const memorySamples = 20
-
-func medians(samples [][]int64) []int64 {
-	out := make([]int64, len(samples))
-	for i, s := range samples {
-		slices.Sort(s)
-		out[i] = s[len(s)/2]
-	}
-	return out
-}
-
-// gauge reads an unlabelled sample from a scrape.
-func gauge(scrape, name string) (float64, error) {
-	for line := range strings.SplitSeq(scrape, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in the scrape", name)
-}
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

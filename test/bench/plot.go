@@ -3,114 +3,174 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"slices"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
 	"github.com/dualca/dualca/test/plotgrid"
 )
 
-// plot draws the propagation latency distribution and the memory
-// comparison side by side into a PNG.
+// colors of the processes, the same in every panel.
+var colors = map[string]color.Color{
+	systemDualca:       color.RGBA{R: 70, G: 130, B: 180, A: 255},
+	systemTrustManager: color.RGBA{R: 220, G: 120, B: 40, A: 255},
+	systemCopier:       color.RGBA{R: 120, G: 120, B: 120, A: 255},
+	informerName:       color.RGBA{R: 150, G: 150, B: 150, A: 255},
+}
+
+// plot draws the panels of what was measured into one PNG: the three
+// systems' propagation, the memory side by side, the cost against roots,
+// and the curves against selected clients.
 func (r *report) plot(path string) error {
 	var panels []*plot.Plot
-	if len(r.propagation) > 0 {
-		p, err := r.latencyPlot()
+	for _, make := range []func() (*plot.Plot, error){r.propagationPlot, r.memoryPlot, r.rootsPlot, r.scaleRSSPlot, r.scaleReconcilePlot, r.scaleFanoutPlot} {
+		p, err := make()
 		if err != nil {
 			return err
 		}
-		panels = append(panels, p)
-	}
-	if len(r.memory) > 0 {
-		p, err := r.memoryPlot()
-		if err != nil {
-			return err
+		if p != nil {
+			panels = append(panels, p)
 		}
-		panels = append(panels, p)
 	}
 	if len(panels) == 0 {
 		return nil
 	}
-	return plotgrid.WritePNG(path, len(panels), 14*vg.Centimeter, 10*vg.Centimeter, panels...)
+	return plotgrid.WritePNG(path, 3, 13*vg.Centimeter, 10*vg.Centimeter, panels...)
 }
 
-func (r *report) latencyPlot() (*plot.Plot, error) {
-	all := pooled(r.propagation)
-	values := make(plotter.Values, len(all))
-	for i, d := range all {
-		values[i] = float64(d) / float64(time.Millisecond)
+func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// propagationPlot is each system's distribution as a cumulative curve.
+func (r *report) propagationPlot() (*plot.Plot, error) {
+	if len(r.propagation) == 0 {
+		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Propagation, root change → gateway written (%d rotations)", len(all))
+	p.Title.Text = "Propagation, PUT acknowledged → target's watch event"
 	p.X.Label.Text = "milliseconds"
-	p.Y.Label.Text = "rotations"
-	h, err := plotter.NewHist(values, 40)
-	if err != nil {
-		return nil, err
-	}
-	h.FillColor = color.RGBA{R: 70, G: 130, B: 180, A: 255}
-	p.Add(h)
-	d := distributionOf(all)
-	top := 0.0
-	for _, b := range h.Bins {
-		top = max(top, b.Weight)
-	}
-	for _, m := range []struct {
-		name  string
-		at    time.Duration
-		color color.Color
-	}{
-		{"p50", d.p50, color.RGBA{G: 128, A: 255}},
-		{"p99", d.p99, color.RGBA{R: 200, G: 120, A: 255}},
-		{"target p99", 20 * time.Millisecond, color.RGBA{R: 200, A: 255}},
-	} {
-		x := float64(m.at) / float64(time.Millisecond)
-		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: top}})
+	p.Y.Label.Text = "share of rotations"
+	for _, res := range r.propagation {
+		s := slices.Clone(res.samples)
+		slices.Sort(s)
+		pts := make(plotter.XYs, len(s))
+		for i, d := range s {
+			pts[i] = plotter.XY{X: milliseconds(d), Y: float64(i+1) / float64(len(s))}
+		}
+		l, err := plotter.NewLine(pts)
 		if err != nil {
 			return nil, err
 		}
-		l.Color = m.color
-		l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+		l.Color = colors[res.system]
+		l.Width = vg.Points(1.5)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s %.1f ms", m.name, x), l)
+		p.Legend.Add(fmt.Sprintf("%s p99 %s", res.system, ms(distributionOf(res.samples).p99)), l)
 	}
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = false, false
 	p.X.Min = 0
 	return p, nil
 }
 
+// memoryPlot is the resident sets side by side in each condition.
 func (r *report) memoryPlot() (*plot.Plot, error) {
-	levels := r.opts()
-	var dualca, baseline plotter.Values
-	var names []string
-	for _, n := range levels {
-		d, b := r.memoryMedian(n)
-		dualca, baseline = append(dualca, d/(1<<20)), append(baseline, b/(1<<20))
-		names = append(names, fmt.Sprintf("%d Secrets", n))
+	if len(r.memory) == 0 {
+		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = "Resident memory beside unrelated Secrets"
-	p.Y.Label.Text = "MiB (median of runs)"
-	w := vg.Points(18)
-	bd, err := plotter.NewBarChart(dualca, w)
-	if err != nil {
-		return nil, err
+	p.Title.Text = "Resident memory, side by side"
+	p.Y.Label.Text = "MiB"
+	w := vg.Points(12)
+	var names []string
+	for _, m := range r.memory {
+		names = append(names, m.condition)
 	}
-	bd.Color = color.RGBA{R: 70, G: 130, B: 180, A: 255}
-	bd.Offset = -w / 2
-	bb, err := plotter.NewBarChart(baseline, w)
-	if err != nil {
-		return nil, err
+	for i, name := range []string{systemDualca, systemTrustManager, informerName} {
+		var v plotter.Values
+		for _, m := range r.memory {
+			v = append(v, float64(m.rss[name])/(1<<20))
+		}
+		bars, err := plotter.NewBarChart(v, w)
+		if err != nil {
+			return nil, err
+		}
+		bars.Color = colors[name]
+		bars.Offset = w * vg.Length(i-1)
+		p.Add(bars)
+		p.Legend.Add(name, bars)
 	}
-	bb.Color = color.RGBA{R: 190, G: 190, B: 190, A: 255}
-	bb.Offset = w / 2
-	p.Add(bd, bb)
-	p.Legend.Add("dualca", bd)
-	p.Legend.Add("baseline: informer on all Secrets", bb)
-	p.Legend.Top = true
-	p.Legend.Left = true
+	p.Legend.Top, p.Legend.Left = true, true
 	p.NominalX(names...)
+	return p, nil
+}
+
+// rootsPlot is dualca's propagation p99 against the roots in its bundle.
+func (r *report) rootsPlot() (*plot.Plot, error) {
+	if len(r.roots) == 0 {
+		return nil, nil
+	}
+	var p99, p50 plotter.XYs
+	for _, pt := range r.roots {
+		d := distributionOf(pt.samples)
+		p99 = append(p99, plotter.XY{X: float64(pt.roots), Y: milliseconds(d.p99)})
+		p50 = append(p50, plotter.XY{X: float64(pt.roots), Y: milliseconds(d.p50)})
+	}
+	p := plot.New()
+	p.Title.Text = "dualca propagation against roots in the bundle"
+	p.X.Label.Text = "roots in ca.crt"
+	p.Y.Label.Text = "milliseconds"
+	if err := plotutil.AddLinePoints(p, "p99", p99, "p50", p50); err != nil {
+		return nil, err
+	}
+	p.Y.Min = 0
+	return p, nil
+}
+
+func (r *report) scaleLine(title, ylabel string, y func(scalePoint) float64) (*plot.Plot, error) {
+	if len(r.scale) == 0 {
+		return nil, nil
+	}
+	var pts plotter.XYs
+	for _, s := range r.scale {
+		pts = append(pts, plotter.XY{X: float64(s.clients), Y: y(s)})
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "selected clients"
+	p.Y.Label.Text = ylabel
+	if err := plotutil.AddLinePoints(p, "dualca", pts); err != nil {
+		return nil, err
+	}
+	p.Y.Min = 0
+	return p, nil
+}
+
+func (r *report) scaleRSSPlot() (*plot.Plot, error) {
+	return r.scaleLine("dualca resident memory against clients", "MiB", func(s scalePoint) float64 { return float64(s.rss) / (1 << 20) })
+}
+
+func (r *report) scaleReconcilePlot() (*plot.Plot, error) {
+	return r.scaleLine("dualca reconcile at rest (mean) against clients", "milliseconds", func(s scalePoint) float64 { return milliseconds(s.reconcile.mean) })
+}
+
+func (r *report) scaleFanoutPlot() (*plot.Plot, error) {
+	p, err := r.scaleLine(fmt.Sprintf("renewal triggers at %d/s against clients", scaleQPS), "seconds", func(s scalePoint) float64 { return s.fanout.total.Seconds() })
+	if p == nil || err != nil {
+		return p, err
+	}
+	var ideal plotter.XYs
+	for _, s := range r.scale {
+		ideal = append(ideal, plotter.XY{X: float64(s.clients), Y: s.fanout.ideal.Seconds()})
+	}
+	l, err := plotter.NewLine(ideal)
+	if err != nil {
+		return nil, err
+	}
+	l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+	p.Add(l)
+	p.Legend.Add("ideal, clients / rate", l)
+	p.Legend.Top, p.Legend.Left = true, true
 	return p, nil
 }

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -15,6 +12,7 @@ import (
 // waits for the next poll. The target: caught up within one interval (plus
 // its 10 % jitter).
 func (b *bench) pollOnly(ctx context.Context) (err error) {
+	b.report.pollEvery = b.opts.poll
 	b.report.poll, err = b.repeated(ctx, "poll-only", b.pollRun)
 	return err
 }
@@ -22,7 +20,7 @@ func (b *bench) pollOnly(ctx context.Context) (err error) {
 func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	root, err := newRoot("poll-root-0")
+	root, err := newRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -30,80 +28,55 @@ func (b *bench) pollRun(ctx context.Context, run int) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop, err := b.startInProcess(ctx, true, nil, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
+	gw, err := w.watchSecret(ctx, gatewayName)
+	if err != nil {
+		return nil, err
+	}
+	stop, err := b.startInProcess(ctx, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
 		"--trust-propagation-delay=0s", "--server-switch-grace=1h", "--poll-interval="+b.opts.poll.String())
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
+	if _, err := gw.steadyOn(ctx, 0, root); err != nil {
 		return nil, err
 	}
 	var samples []time.Duration
 	for i := 1; i <= b.opts.polls; i++ {
-		next, err := newRoot(fmt.Sprintf("poll-root-%d", i))
+		next, err := newRoot()
 		if err != nil {
 			return nil, err
 		}
 		// The change must land anywhere in the interval, not just after a poll.
 		time.Sleep(rand.N(b.opts.poll)) //nolint:gosec // G404: a random moment, nothing secret
-		mark := w.gw.mark()
-		sent, err := w.writeRoot(ctx, next)
+		mark := gw.mark()
+		acked, err := w.writeRoot(ctx, next)
 		if err != nil {
 			return nil, err
 		}
-		v, err := w.gw.holds(ctx, mark, next)
+		v, err := gw.trusting(ctx, mark, next.Cert)
 		if err != nil {
 			return nil, fmt.Errorf("change %d: %w", i, err)
 		}
-		samples = append(samples, v.at.Sub(sent))
-		if _, err := w.gw.steadyOn(ctx, mark, next); err != nil {
+		samples = append(samples, v.at.Sub(acked))
+		if _, err := gw.steadyOn(ctx, mark, next); err != nil {
 			return nil, err
 		}
 	}
 	return samples, nil
 }
 
-// atRest counts every request dualca makes while nothing changes, over
-// several poll intervals, with client tracking on.
-func (b *bench) atRest(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	root, err := newRoot("rest-root")
-	if err != nil {
-		return err
+// repeated runs a measurement b.opts.runs times and returns the samples of
+// each run.
+func (b *bench) repeated(ctx context.Context, what string, run func(context.Context, int) ([]time.Duration, error)) ([][]time.Duration, error) {
+	var runs [][]time.Duration
+	for i := range b.opts.runs {
+		samples, err := run(ctx, i)
+		if err != nil {
+			return runs, err
+		}
+		runs = append(runs, samples)
+		b.log("%s run %d: %s", what, i+1, summarize(samples))
 	}
-	w, err := b.newWorld(ctx, "at-rest", root)
-	if err != nil {
-		return err
-	}
-	counter := &requestCounter{}
-	stop, err := b.startInProcess(ctx, false, counter, w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=agent",
-		"--trust-propagation-delay=0s", "--server-switch-grace=1h", "--poll-interval="+b.opts.poll.String())
-	if err != nil {
-		return err
-	}
-	defer stop()
-	if _, err := w.gw.steadyOn(ctx, 0, root); err != nil {
-		return err
-	}
-	// Let the start-up settle for one interval, then count.
-	time.Sleep(b.opts.poll)
-	b.report.startupRequests = counter.snapshot()
-	intervals := 10
-	mark := w.gw.mark()
-	time.Sleep(time.Duration(intervals) * b.opts.poll)
-	b.report.restRequests = counter.snapshot()
-	b.report.restIntervals = intervals
-	b.report.restGatewayVersions = w.gw.mark() - mark
-	b.log("at rest over %d intervals: %s", intervals, formatCounts(b.report.restRequests))
-	return nil
-}
-
-func formatCounts(m map[string]int) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
+	return runs, nil
 }

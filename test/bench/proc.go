@@ -25,8 +25,11 @@ type process struct {
 	cmd    *exec.Cmd
 	log    dualcarun.Buffer
 	exited chan struct{}
-	// metrics is the address of its metrics endpoint, "" when it has none.
-	metrics string
+	// metrics and probes are the addresses of its metrics endpoint and
+	// readiness probe, "" when it has none.
+	metrics, probes string
+	// started is when it was started.
+	started time.Time
 }
 
 // startProcess runs path with args.
@@ -34,6 +37,7 @@ func startProcess(name, path string, args ...string) (*process, error) {
 	p := &process{name: name, cmd: exec.Command(path, args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
@@ -44,22 +48,67 @@ func startProcess(name, path string, args ...string) (*process, error) {
 	return p, nil
 }
 
-// startDualca runs the dualca binary against the cluster with args added to
-// the kubeconfig and a metrics endpoint of its own.
-func (b *bench) startDualca(args ...string) (*process, error) {
-	addr, err := controlplane.FreeAddress()
+// startDualca runs the dualca binary against the cluster through
+// kubeconfig, with its default logging (info, JSON), args added, and a
+// metrics endpoint and readiness probe of its own.
+func (b *bench) startDualca(kubeconfig string, args ...string) (*process, error) {
+	metrics, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
-	all := append([]string{"--kubeconfig=" + b.cluster.Kubeconfig, "--metrics-bind-address=" + addr,
-		"--health-probe-bind-address=0", "--zap-log-level=error"}, args...)
-	p, err := startProcess("dualca", b.dualca, all...)
+	probes, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, err
 	}
-	p.metrics = addr
+	all := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
+		"--health-probe-bind-address=" + probes}, args...)
+	p, err := startProcess(systemDualca, b.dualca, all...)
+	if err != nil {
+		return nil, err
+	}
+	p.metrics, p.probes = metrics, probes
 	return p, nil
 }
+
+// ready reports whether the process's readiness probe answers 200.
+func (p *process) ready(ctx context.Context) bool {
+	if p.probes == "" {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.probes+"/readyz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// cpu is the CPU time the process has used, user and system, from /proc.
+func (p *process) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the kernel's USER_HZ, 100 on Linux.
+const clockTicks = 100
 
 // stop ends the process with SIGTERM, and SIGKILL after 10 s.
 func (p *process) stop() {

@@ -10,91 +10,154 @@ import (
 	"github.com/dualca/dualca/test/certs"
 )
 
-// propagation rotates the root again and again under the dualca binary and
-// times each change from the watch event of the new root to the watch event
-// of a gateway Secret naming it, as dualca and a gateway receive them: the
-// delivery to dualca, its reads, decision and write, and the delivery of
-// the result. The time from sending the root's write is kept beside it.
-func (b *bench) propagation(ctx context.Context) (err error) {
-	b.report.propagation, err = b.repeated(ctx, "propagation", b.propagationRun)
-	return err
-}
-
-// repeated runs a measurement b.opts.runs times, each in a namespace and
-// with a dualca of its own, and returns the samples of each run.
-func (b *bench) repeated(ctx context.Context, what string, run func(context.Context, int) ([]time.Duration, error)) ([][]time.Duration, error) {
-	var runs [][]time.Duration
-	for i := range b.opts.runs {
-		samples, err := run(ctx, i)
-		if err != nil {
-			return runs, err
-		}
-		runs = append(runs, samples)
-		b.log("%s run %d: %s", what, i+1, summarize(samples))
-	}
-	return runs, nil
-}
-
-func (b *bench) propagationRun(ctx context.Context, run int) ([]time.Duration, error) {
+// propagation gives the three systems the same sequence of root rotations,
+// each in a namespace of its own on the same API server, in interleaved
+// blocks so that a noisy minute of the machine falls on all of them. Each
+// sample runs from the moment the API server acknowledged the root's update
+// (the PUT returned) to the watch event of the system's target Secret whose
+// ca.crt first carries that root, or a later one: a copier that skips a
+// root superseded before it got to it is not charged for it. Roots share
+// one subject, with a new key each time; rotations come at random moments,
+// a quarter of them before the previous one has arrived.
+func (b *bench) propagation(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Keys are made before the clock starts: cert-manager makes them, not dualca.
-	roots := make([]*certs.CA, b.opts.rotations+1)
-	for i := range roots {
-		var err error
-		if roots[i], err = newRoot(fmt.Sprintf("bench-root-%d", i)); err != nil {
-			return nil, err
+	n := b.opts.rotations
+	roots, err := newRoots(n + 1)
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // G404: a reproducible schedule, nothing secret
+	gaps := make([]time.Duration, n+1)
+	for i := 1; i <= n; i++ {
+		if rng.IntN(4) == 0 {
+			gaps[i] = time.Duration(rng.Int64N(int64(4 * time.Millisecond))) // before the previous has arrived
+		} else {
+			gaps[i] = 10*time.Millisecond + time.Duration(rng.Int64N(int64(290*time.Millisecond)))
 		}
 	}
-	w, err := b.newWorld(ctx, fmt.Sprintf("propagation-%d", run), roots[0])
+	var runs []*propagationRun
+	for _, s := range b.systems() {
+		r, err := b.startPropagationRun(ctx, s, roots[0])
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		defer r.proc.stop()
+		runs = append(runs, r)
+	}
+	block := max(1, n/6)
+	for from, turn := 1, 0; from <= n; from, turn = from+block, turn+1 {
+		to := min(n, from+block-1)
+		for k := range runs {
+			r := runs[(k+turn)%len(runs)]
+			for i := from; i <= to; i++ {
+				time.Sleep(gaps[i])
+				if r.acked[i], err = r.w.writeRoot(ctx, roots[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, r := range runs {
+		if _, err := r.target.trustingWhile(ctx, r.proc, r.mark, roots[n].Cert); err != nil {
+			return fmt.Errorf("%s: the last root: %w", r.system, err)
+		}
+		if err := r.proc.alive(); err != nil {
+			return err
+		}
+		res := r.result(roots)
+		b.report.propagation = append(b.report.propagation, res)
+		b.log("propagation %s: %s, %d overlapping", r.system, summarize(res.samples), res.overlapping)
+	}
+	return nil
+}
+
+// propagationRun is one system's share of the propagation measurement.
+type propagationRun struct {
+	system string
+	w      *world
+	proc   *process
+	target *secretWatch
+	mark   int
+	acked  []time.Time // by root index
+}
+
+// propagationClients are the selected clients dualca tracks meanwhile.
+const propagationClients = 100
+
+func (b *bench) startPropagationRun(ctx context.Context, s system, first *certs.CA) (*propagationRun, error) {
+	w, err := b.newWorld(ctx, "propagation-"+s.name, first)
 	if err != nil {
 		return nil, err
 	}
-	// Client tracking on, with no client selected: each rotation completes
-	// (switch and retirement) after the short delay, so the bundle holds
-	// the one or two roots it holds in production, not hundreds.
-	p, err := b.startDualca(w.rootFlag(), w.gatewayFlag(), "--client-selector=bench.dualca.io/client=none",
-		"--trust-propagation-delay=20ms", "--server-switch-grace=1h")
+	var extra []string
+	if s.name == systemDualca {
+		// Clients stay on the first root (nothing renews them), so the
+		// server switches when the grace period ends, and the roots nobody
+		// uses retire: the bundle holds two or three roots, not hundreds.
+		if err := b.createClients(ctx, w.ns, first, propagationClients); err != nil {
+			return nil, err
+		}
+		extra = []string{"--client-selector=" + clientLabel + "=agent", "--client-namespaces=" + w.ns,
+			"--trust-propagation-delay=20ms", "--server-switch-grace=100ms"}
+	}
+	target, err := w.watchSecret(ctx, s.target(w))
 	if err != nil {
 		return nil, err
 	}
-	defer p.stop()
-	if _, err := w.gw.steadyOn(ctx, 0, roots[0]); err != nil {
-		return nil, err
-	}
-	samples := make([]time.Duration, 0, b.opts.rotations)
-	var fromWrite []time.Duration
-	for i := 1; i <= b.opts.rotations; i++ {
-		// A random pause, so rotations do not fall in step with anything.
-		time.Sleep(rand.N(20 * time.Millisecond)) //nolint:gosec // G404: a random pause, nothing secret
-		mark, rootMark := w.gw.mark(), w.rootSeen.mark()
-		sent, err := w.writeRoot(ctx, roots[i])
-		if err != nil {
-			return nil, err
-		}
-		v, err := w.gw.holds(ctx, mark, roots[i])
-		if err != nil {
-			return nil, fmt.Errorf("rotation %d: %w", i, err)
-		}
-		fp := bundle.Fingerprint(roots[i].Cert)
-		seen, err := w.rootSeen.waitFor(ctx, rootMark, 30*time.Second, "the new root", func(v gatewayVersion) bool { return v.cert == fp })
-		if err != nil {
-			return nil, err
-		}
-		samples = append(samples, v.at.Sub(seen.at))
-		fromWrite = append(fromWrite, v.at.Sub(sent))
-		if _, err := w.gw.steadyOn(ctx, mark, roots[i]); err != nil {
-			return nil, fmt.Errorf("rotation %d: %w", i, err)
-		}
-	}
-	if err := p.alive(); err != nil {
-		return nil, err
-	}
-	metrics, err := p.scrape(ctx)
+	p, err := s.start(ctx, w, b.cluster.Kubeconfig, extra...)
 	if err != nil {
 		return nil, err
 	}
-	b.report.dualcaHistogram = histogramSummary(metrics, "dualca_propagation_seconds")
-	b.report.fromWrite = append(b.report.fromWrite, fromWrite)
-	return samples, nil
+	if _, err := target.trustingWhile(ctx, p, 0, first.Cert); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("waiting for the first root: %w", err)
+	}
+	return &propagationRun{system: s.name, w: w, proc: p, target: target, mark: target.mark(), acked: make([]time.Time, b.opts.rotations+1)}, nil
+}
+
+// result reads the samples from the target's history.
+func (r *propagationRun) result(roots []*certs.CA) propagationResult {
+	fps := make([]string, len(roots))
+	for i, c := range roots {
+		fps[i] = bundle.Fingerprint(c.Cert)
+	}
+	versions := r.target.since(r.mark)
+	res := propagationResult{system: r.system, versions: len(versions)}
+	arrived := time.Time{} // when the previous root arrived
+	for i := 1; i < len(roots); i++ {
+		if r.acked[i].IsZero() {
+			continue
+		}
+		if i > 1 && r.acked[i].Before(arrived) {
+			res.overlapping++
+		}
+		for _, v := range versions {
+			if carriesFrom(v, fps, i) {
+				res.samples = append(res.samples, v.at.Sub(r.acked[i]))
+				arrived = v.at
+				break
+			}
+		}
+	}
+	return res
+}
+
+// carriesFrom reports whether v's ca.crt carries root i or a later one.
+func carriesFrom(v version, fps []string, i int) bool {
+	for _, fp := range fps[i:] {
+		if v.trusts[fp] {
+			return true
+		}
+	}
+	return false
+}
+
+// propagationResult is one system's propagation samples.
+type propagationResult struct {
+	system  string
+	samples []time.Duration
+	// overlapping counts the rotations written before the previous root
+	// had reached the target; versions the target's versions meanwhile.
+	overlapping, versions int
 }

@@ -4,47 +4,56 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dualca/dualca/test/controlplane"
 )
 
-// report is everything measured, written as docs/benchmarks.md.
+// report is everything measured, written as docs/benchmarks.md. Every
+// sentence it writes is built from a value measured in the run, and every
+// verdict compares with exactly the target's bound; a measurement that did
+// not run is said not to have run.
 type report struct {
 	started time.Time
 	took    time.Duration
-	machine []string // "key: value" lines
+	machine []string // "| key | value |" lines
+	commit  string
+	dirty   bool
+	quick   bool
+	only    string
 
-	// propagation: the new root's watch event → the gateway's naming it,
-	// as any watcher receives them; fromWrite: from sending the root's
-	// write, which adds that write itself.
-	propagation     [][]time.Duration
-	fromWrite       [][]time.Duration
-	dualcaHistogram string
-
-	poll         [][]time.Duration
-	pollInterval time.Duration
-
-	startupRequests     map[string]int
-	restRequests        map[string]int
-	restIntervals       int
-	restGatewayVersions int
-
-	memory []memoryPoint
-
-	fanout fanoutResult
+	propagation []propagationResult
+	roots       []rootsPoint
+	handshakes  []handshakeResult
+	startup     []startupResult
+	memory      []memoryPoint
+	rest        *restResult
+	poll        [][]time.Duration
+	pollEvery   time.Duration
+	scale       []scalePoint
+	touches     int
+	cmFanout    []fanoutResult
 
 	bundleCommand string
 	bundle        []benchResult
+
+	// failed are the measurements that failed; what they measured before
+	// failing is reported.
+	failed []stepFailure
 }
 
-// describeMachine records what the figures were measured on.
-func (r *report) describeMachine(root string) error {
+// stepFailure is a measurement that failed, and why.
+type stepFailure struct{ step, err string }
+
+// describe records the machine and the commit measured.
+func (r *report) describe(root string) {
 	line := func(k, v string) { r.machine = append(r.machine, fmt.Sprintf("| %s | %s |", k, v)) }
 	line("date", r.started.UTC().Format("2006-01-02 15:04 MST"))
 	line("CPU", fmt.Sprintf("%s, %d cores visible to Go", cpuModel(), runtime.NumCPU()))
@@ -53,22 +62,562 @@ func (r *report) describeMachine(root string) error {
 		line("kernel", "Linux "+strings.TrimSpace(string(b)))
 	}
 	line("Go", runtime.Version())
-	line("kube-apiserver", commandLine(filepath.Join(root, "bin", "kube-apiserver"), "--version"))
-	line("etcd", commandLine(filepath.Join(root, "bin", "etcd"), "--version"))
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, m := range info.Deps {
-			switch m.Path {
-			case "sigs.k8s.io/controller-runtime", "k8s.io/client-go", "github.com/cert-manager/cert-manager":
-				line(m.Path, m.Version)
-			}
-		}
+	if assets, err := controlplane.Assets(); err == nil {
+		line("kube-apiserver", commandLine(filepath.Join(assets, "kube-apiserver"), "--version"))
+		line("etcd", commandLine(filepath.Join(assets, "etcd"), "--version"))
 	}
-	commit := commandLineIn(root, "git", "rev-parse", "--short", "HEAD")
-	if commandLineIn(root, "git", "status", "--porcelain", "--untracked-files=no") != "" {
-		commit += " (with uncommitted changes)"
+	line("trust-manager", "v"+strings.TrimPrefix(moduleVersion(root, "test/tools/trustmanager/go.mod", "github.com/cert-manager/trust-manager"), "v"))
+	line("cert-manager", moduleVersion(root, "test/tools/certmanager/go.mod", "github.com/cert-manager/cert-manager"))
+	r.commit = commandLineIn(root, "git", "rev-parse", "--short", "HEAD")
+	r.dirty = commandLineIn(root, "git", "status", "--porcelain", "--untracked-files=no") != ""
+	commit := r.commit
+	if r.dirty {
+		commit += " with uncommitted changes"
 	}
 	line("dualca", commit)
-	return nil
+}
+
+// final reports whether this report may stand as the measurement of its
+// commit, and if not, why.
+func (r *report) final() (bool, []string) {
+	var why []string
+	if r.dirty {
+		why = append(why, "the tree had uncommitted changes, so no commit holds what was measured")
+	}
+	if r.quick {
+		why = append(why, "it is a QUICK run, with reduced sizes")
+	}
+	if r.only != "" {
+		why = append(why, "only the "+r.only+" measurement ran")
+	}
+	for _, f := range r.failed {
+		why = append(why, "the "+f.step+" measurement failed")
+	}
+	return len(why) == 0, why
+}
+
+// write renders the report as Markdown.
+func (r *report) write(w io.Writer, plot string) error {
+	var err error
+	p := func(format string, args ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+	p("# Benchmarks")
+	p("")
+	if ok, why := r.final(); ok {
+		p("The measurement of commit `%s` (a clean tree): `make bench`, which took %s.", r.commit, r.took.Round(time.Second))
+	} else {
+		p("**Not a final report** of commit `%s`: %s. It took %s.", r.commit, strings.Join(why, "; "), r.took.Round(time.Second))
+	}
+	p("Every figure comes from one kube-apiserver and etcd started on this machine (envtest, built from Go modules")
+	p("by `make control-plane`), with dualca, cert-manager trust-manager and the floor, a trivial copier, each its own")
+	p("process against it. Nothing here runs in `make test`.")
+	p("")
+	p("| | |")
+	p("|---|---|")
+	for _, l := range r.machine {
+		p("%s", l)
+	}
+	if plot != "" {
+		p("")
+		p("![propagation of the three systems, memory side by side, cost against roots and clients](%s)", plot)
+	}
+	if len(r.failed) > 0 {
+		p("")
+		p("## Measurements that failed")
+		p("")
+		for _, f := range r.failed {
+			first, _, _ := strings.Cut(f.err, "\n")
+			p("- **%s**: %s", f.step, first)
+		}
+	}
+	r.writePropagation(p)
+	r.writeHandshakes(p)
+	r.writeRoots(p)
+	r.writeStartup(p)
+	r.writeMemory(p)
+	r.writeRest(p)
+	r.writePoll(p)
+	r.writeScale(p)
+	r.writeFanout(p)
+	r.writeBundle(p)
+	r.writeTargets(p)
+	return err
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func notMeasured(p func(string, ...any), what string) {
+	p("| %s | not measured in this run | – |", what)
+}
+
+// dist is the distribution of a system's propagation samples.
+func (r *report) dist(system string) (distribution, bool) {
+	for _, res := range r.propagation {
+		if res.system == system {
+			return distributionOf(res.samples), len(res.samples) > 0
+		}
+	}
+	return distribution{}, false
+}
+
+// writeTargets is the closing note: every target, its exact bound, the
+// figure measured and the verdict.
+func (r *report) writeTargets(p func(string, ...any)) {
+	p("")
+	p("## Against the targets")
+	p("")
+	p("| target (its bound) | measured | verdict |")
+	p("|---|---|---|")
+	if d, ok := r.dist(systemDualca); ok {
+		p("| propagation p99 under 20 ms (p99 < 20.0 ms) | dualca p99 %s over %d rotations | %s |", ms(d.p99), d.n, verdict(d.p99 < 20*time.Millisecond))
+		if c, ok := r.dist(systemCopier); ok {
+			ratio := float64(d.p99) / float64(c.p99)
+			p("| propagation p99 within 3× the floor's (ratio ≤ 3.00) | %s / %s = %.2f× | %s |", ms(d.p99), ms(c.p99), ratio, verdict(ratio <= 3))
+		}
+	} else {
+		notMeasured(p, "propagation p99 under 20 ms, and within 3× the floor's")
+	}
+	if lo, hi, ok := r.rootsPoints(2, 30); ok {
+		a, b := distributionOf(lo.samples).p99, distributionOf(hi.samples).p99
+		ratio := float64(b) / float64(a)
+		p("| propagation p99 with 30 roots within 2× that with 2 (ratio ≤ 2.00) | %s / %s = %.2f× | %s |", ms(b), ms(a), ratio, verdict(ratio <= 2))
+	} else {
+		notMeasured(p, "propagation p99 with 30 roots within 2× that with 2")
+	}
+	if len(r.roots) > 0 {
+		most := slices.MaxFunc(r.roots, func(a, b rootsPoint) int { return a.links - b.links })
+		p("| the server chain carries no link no client can need (bounded: one per rotation the server did not follow, at most 32) | at most %d cross-certificates, %d bytes, with up to %d roots in the bundle | %s |",
+			most.links, most.chainBytes, r.roots[len(r.roots)-1].roots, verdict(most.links <= 32))
+	}
+	r.writeStartupTarget(p)
+	if len(r.poll) > 0 {
+		d := distributionOf(pooled(r.poll))
+		limit := r.pollEvery + r.pollEvery/10
+		p("| a lost watch event recovered within one poll interval, jitter included (max ≤ %s) | max %s over %d changes | %s |", limit, ms(d.max), d.n, verdict(d.max <= limit))
+	} else {
+		notMeasured(p, "a lost watch event recovered within one poll interval")
+	}
+	r.writeMemoryTarget(p)
+	r.writeScaleTarget(p)
+	r.writeRestTarget(p)
+	r.writeFanoutTarget(p)
+	if h, ok := r.handshakeOf(systemDualca); ok {
+		p("| zero failed mTLS handshakes from healthy clients across rotations (0 failures) | %d of %d failed across one rotation, one client on the old root | %s |", h.failed, h.attempts, verdict(h.failed == 0 && h.attempts > 0))
+		p("| … for an hour, with faults, with late-reloading gateways and clients | not measured here: that is the soak test's, not a benchmark | – |")
+	} else {
+		notMeasured(p, "zero failed mTLS handshakes across rotations")
+	}
+}
+
+func (r *report) writePropagation(p func(string, ...any)) {
+	if len(r.propagation) == 0 {
+		return
+	}
+	c, haveFloor := r.dist(systemCopier)
+	p("")
+	p("## Propagation: the root's update acknowledged → the target Secret's watch event carrying it")
+	p("")
+	p("The three systems get the same %d same-subject roots (a new key each) in the same order, at the same random", len(r.propagation[0].samples))
+	p("pauses (a quarter of them under 4 ms, most before the previous root has arrived; the rest 10–300 ms), each in a")
+	p("namespace of its own, in interleaved blocks. A sample runs from the return of the root's PUT to the watch event")
+	p("of the system's target Secret whose `ca.crt` first carries that root or a later one. dualca runs with its default")
+	p("logging, %d selected clients (Certificates and their Secrets, left on the first root) and", propagationClients)
+	p("`--trust-propagation-delay=20ms --server-switch-grace=100ms`; trust-manager copies the root Secret's `ca.crt`")
+	p("through a `Bundle` into a Secret target; the copier watches the root, GETs it and PUTs the target. As nothing")
+	p("renews dualca's clients, each of its rotations also switches the server when the grace period ends and retires")
+	p("the root nobody uses: the target versions per rotation count those writes, and a root that arrives while one")
+	p("is being made waits for it (dualca reconciles its one gateway Secret one pass at a time).")
+	p("")
+	p("| system | rotations | of them overlapping | target versions per rotation | p50 | p90 | p99 | max | p99 / floor's p99 |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, res := range r.propagation {
+		d := distributionOf(res.samples)
+		ratio := "–"
+		if haveFloor && c.p99 > 0 {
+			ratio = fmt.Sprintf("%.2f×", float64(d.p99)/float64(c.p99))
+		}
+		p("| %s | %d | %d | %.2f | %s | %s | %s | %s | %s |", res.system, d.n, res.overlapping, float64(res.versions)/float64(max(1, d.n)), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), ratio)
+	}
+}
+
+func (r *report) handshakeOf(system string) (handshakeResult, bool) {
+	for _, h := range r.handshakes {
+		if h.system == system {
+			return h, true
+		}
+	}
+	return handshakeResult{}, false
+}
+
+func (r *report) writeHandshakes(p func(string, ...any)) {
+	if len(r.handshakes) == 0 {
+		return
+	}
+	p("")
+	p("## One client on the old root, through a TLS gateway, across a rotation")
+	p("")
+	p("For each system, a TLS gateway (`test/mtls`) reads the system's target Secret and reloads it at each change;")
+	p("one client whose leaf and `ca.crt` come from the old root, never renewed, handshakes every 100 ms for %s,", handshakeBefore)
+	p("then the root rotates once and it goes on for %s. trust-manager writes only `ca.crt`: the gateway's own", handshakeAfter)
+	p("certificate there is one from the old root, as cert-manager issued it; the copier's target is a plain copy.")
+	p("")
+	p("| system | handshakes | failed | failed before the rotation | last error |")
+	p("|---|---|---|---|---|")
+	for _, h := range r.handshakes {
+		last := h.lastError
+		if last == "" {
+			last = "–"
+		}
+		p("| %s | %d | %d | %d | %s |", h.system, h.attempts, h.failed, h.failedBefore, strings.ReplaceAll(last, "|", "/"))
+	}
+}
+
+// rootsPoints returns the points with a and b roots.
+func (r *report) rootsPoints(a, b int) (rootsPoint, rootsPoint, bool) {
+	var pa, pb rootsPoint
+	var oka, okb bool
+	for _, pt := range r.roots {
+		switch pt.size {
+		case a:
+			pa, oka = pt, len(pt.samples) > 0
+		case b:
+			pb, okb = pt, len(pt.samples) > 0
+		}
+	}
+	return pa, pb, oka && okb
+}
+
+func (r *report) writeRoots(p func(string, ...any)) {
+	if len(r.roots) == 0 {
+		return
+	}
+	p("")
+	p("## Cost against the roots in the bundle")
+	p("")
+	p("dualca without client tracking (roots then stay until they expire) and a grace period of a day: every rotation")
+	p("adds a root. At each size the root then turns %d times between the two newest roots, each turn a rotation", len(r.roots[0].samples))
+	p("dualca handles in full (the current root changes, its state is written), timed from the PUT's return to the")
+	p("gateway Secret naming it current. The new root that brought the bundle to its size is timed too. CPU is")
+	p("dualca's user and system time over the turns, from `/proc`. `tls.crt` is what each handshake carries.")
+	p("")
+	p("| roots in ca.crt | p50 | p99 | max | the new root | CPU per rotation | tls.crt links | tls.crt bytes (DER) |")
+	p("|---|---|---|---|---|---|---|---|")
+	for _, pt := range r.roots {
+		d := distributionOf(pt.samples)
+		p("| %d | %s | %s | %s | %s | %s | %d | %d |", pt.roots, ms(d.p50), ms(d.p99), ms(d.max), ms(pt.newRoot), ms(pt.cpuPerTurn), pt.links, pt.chainBytes)
+	}
+}
+
+func (r *report) writeStartupTarget(p func(string, ...any)) {
+	for _, s := range r.startup {
+		d := distributionOf(s.inSync)
+		if s.clients == 0 {
+			p("| start-up: process start → gateway in sync, p99 under 1 s (p99 < 1.000 s) | p99 %s over %d starts, no client | %s |", ms(d.p99), d.n, verdict(d.n > 0 && d.p99 < time.Second))
+		} else {
+			p("| start-up with %d selected clients (no target; reported) | p99 %s over %d starts | – |", s.clients, ms(d.p99), d.n)
+		}
+	}
+	if len(r.startup) == 0 {
+		notMeasured(p, "start-up under 1 s")
+	}
+}
+
+func (r *report) writeStartup(p func(string, ...any)) {
+	if len(r.startup) == 0 {
+		return
+	}
+	p("")
+	p("## Start-up")
+	p("")
+	p("Before each start the root rotates while dualca is down, so the gateway is in sync only once the new process")
+	p("has read the root and written the gateway. Timed from the process's start to the watch event of the gateway")
+	p("Secret carrying the new root, and to its readiness probe answering 200 (polled every 2 ms).")
+	p("")
+	p("| selected clients | starts | in sync p50 | p99 | max | ready p50 | p99 | max |")
+	p("|---|---|---|---|---|---|---|---|")
+	for _, s := range r.startup {
+		a, b := distributionOf(s.inSync), distributionOf(s.ready)
+		p("| %d | %d | %s | %s | %s | %s | %s | %s |", s.clients, a.n, ms(a.p50), ms(a.p99), ms(a.max), ms(b.p50), ms(b.p99), ms(b.max))
+	}
+}
+
+func (r *report) memoryOf(cond string) (memoryPoint, bool) {
+	for _, m := range r.memory {
+		if m.condition == cond {
+			return m, true
+		}
+	}
+	return memoryPoint{}, false
+}
+
+func (r *report) writeMemoryTarget(p func(string, ...any)) {
+	empty, ok := r.memoryOf(memoryConditions[0])
+	if !ok {
+		notMeasured(p, "memory with 10,000 unrelated Secrets within 5 % of an empty cluster")
+		return
+	}
+	for _, cond := range memoryConditions[1:] {
+		m, ok := r.memoryOf(cond)
+		if !ok {
+			continue
+		}
+		growth := (float64(m.rss[systemDualca])/float64(empty.rss[systemDualca]) - 1) * 100
+		p("| memory with %d unrelated Secrets %s within 5 %% of an empty cluster (growth ≤ +5.0 %%) | dualca %s → %s, %+.1f %% (trust-manager %+.1f %%, informer %+.1f %%) | %s |",
+			m.secrets, cond, mib(empty.rss[systemDualca]), mib(m.rss[systemDualca]), growth,
+			(float64(m.rss[systemTrustManager])/float64(empty.rss[systemTrustManager])-1)*100,
+			(float64(m.rss[informerName])/float64(empty.rss[informerName])-1)*100, verdict(growth <= 5))
+	}
+}
+
+func (r *report) writeMemory(p func(string, ...any)) {
+	if len(r.memory) == 0 {
+		return
+	}
+	p("")
+	p("## Memory side by side")
+	p("")
+	p("dualca (client tracking on, no client selected), trust-manager (its Bundle as above) and a plain namespace")
+	p("informer (a controller-runtime manager whose cached client reads the root: it caches every Secret of the")
+	p("namespace), each its own process, start fresh in each condition and are measured once all three are in sync:")
+	p("resident set (VmRSS), %d samples 250 ms apart after 5 s, the median. Unrelated Secrets hold %d KiB each.", memorySamples, unrelatedSize>>10)
+	p("")
+	p("| condition | dualca | trust-manager | namespace informer |")
+	p("|---|---|---|---|")
+	for _, m := range r.memory {
+		label := m.condition
+		if m.condition != memoryConditions[0] {
+			label = fmt.Sprintf("%d unrelated Secrets %s", m.secrets, m.condition)
+		}
+		p("| %s | %s | %s | %s |", label, mib(m.rss[systemDualca]), mib(m.rss[systemTrustManager]), mib(m.rss[informerName]))
+	}
+}
+
+// restCounts sums one process's requests at rest by verb.
+func restCounts(reqs []timedRequest) map[string]int {
+	out := map[string]int{}
+	for _, q := range reqs {
+		out[q.Verb+" "+q.Resource]++
+	}
+	return out
+}
+
+func writes(reqs []timedRequest) int {
+	n := 0
+	for _, q := range reqs {
+		switch q.Verb {
+		case "create", "update", "patch", "delete":
+			n++
+		}
+	}
+	return n
+}
+
+func (r *report) writeRestTarget(p func(string, ...any)) {
+	if r.rest == nil {
+		notMeasured(p, "at rest: two reads per poll interval, no other request but watches, zero writes")
+		return
+	}
+	reqs := r.rest.requests[systemDualca]
+	intervals := r.rest.window.Seconds() / r.rest.poll.Seconds()
+	gets, watches, other := 0, 0, 0
+	for _, q := range reqs {
+		switch q.Verb {
+		case "get":
+			gets++
+		case "watch":
+			watches++
+		default:
+			other++
+		}
+	}
+	perInterval := float64(gets) / intervals
+	p("| at rest: the poll's two reads per interval, no other request but watches (≤ 2 reads per interval, 0 others) | %.2f reads per %s interval over %s; %d watch requests; %d others | %s |",
+		perInterval, r.rest.poll, r.rest.window.Round(time.Second), watches, other, verdict(perInterval <= 2.0 && other == 0))
+	p("| at rest: zero writes (0) | %d writes, %d new gateway versions | %s |", writes(reqs), r.rest.versions[systemDualca], verdict(writes(reqs) == 0 && r.rest.versions[systemDualca] == 0))
+}
+
+func (r *report) writeRest(p func(string, ...any)) {
+	if r.rest == nil {
+		return
+	}
+	p("")
+	p("## Requests at rest")
+	p("")
+	p("The three processes of the last memory condition stay up for %s (dualca with `--poll-interval=%s`), each", r.rest.window.Round(time.Second), r.rest.poll)
+	p("behind a proxy of its own on 127.0.0.1 that records every request it sends, watches included: a watch")
+	p("that ends and is opened again shows as one more watch request.")
+	if len(r.poll) > 0 || len(r.scale) > 0 {
+		p("Meanwhile the poll and scale measurements ran, in namespaces of their own.")
+	}
+	p("")
+	p("| process | request | count | per minute |")
+	p("|---|---|---|---|")
+	for _, name := range []string{systemDualca, systemTrustManager, informerName} {
+		counts := restCounts(r.rest.requests[name])
+		if len(counts) == 0 {
+			p("| %s | (none) | 0 | 0 |", name)
+		}
+		for _, k := range slices.Sorted(maps.Keys(counts)) {
+			p("| %s | `%s` | %d | %.2f |", name, k, counts[k], float64(counts[k])/r.rest.window.Minutes())
+		}
+	}
+	for _, name := range []string{systemDualca, systemTrustManager, informerName} {
+		if err := r.rest.alive[name]; err != nil {
+			p("")
+			p("%s did not last the window: %v", name, err)
+		}
+	}
+	p("")
+	p("New versions of dualca's gateway Secret in the window: %d; of trust-manager's target: %d.", r.rest.versions[systemDualca], r.rest.versions[systemTrustManager])
+}
+
+func (r *report) writePoll(p func(string, ...any)) {
+	if len(r.poll) == 0 {
+		return
+	}
+	p("")
+	p("## The poll alone")
+	p("")
+	p("dualca runs in the benchmark's process with its watches disabled (`syncer.Options.DisableWatches`, a test")
+	p("knob) and `--poll-interval=%s`, so only the poll sees a change: each root change lands at a random moment", r.pollEvery)
+	p("of the interval, timed from its PUT's return to the gateway Secret's watch event carrying it.")
+	p("")
+	p("| | n | p50 | p90 | max | max / interval |")
+	p("|---|---|---|---|---|---|")
+	for i, run := range r.poll {
+		d := distributionOf(run)
+		p("| run %d | %d | %s | %s | %s | %.2f |", i+1, d.n, ms(d.p50), ms(d.p90), ms(d.max), d.max.Seconds()/r.pollEvery.Seconds())
+	}
+}
+
+func (r *report) writeScaleTarget(p func(string, ...any)) {
+	if len(r.scale) < 2 {
+		notMeasured(p, "memory and reconcile time grow at most linearly with selected clients; 50,000 served")
+		return
+	}
+	first, last := r.scale[0], r.scale[len(r.scale)-1]
+	nRatio := float64(last.clients) / float64(first.clients)
+	rssRatio := float64(last.rss) / float64(first.rss)
+	p("| memory grows at most linearly with selected clients (RSS ratio ≤ clients ratio) | %d → %d clients (%.0f×): RSS %s → %s (%.1f×) | %s |",
+		first.clients, last.clients, nRatio, mib(first.rss), mib(last.rss), rssRatio, verdict(rssRatio <= nRatio))
+	if first.reconcile.n > 0 && last.reconcile.n > 0 {
+		tRatio := float64(last.reconcile.mean) / float64(first.reconcile.mean)
+		p("| reconcile time grows at most linearly (mean ratio ≤ clients ratio) | mean %s → %s (%.1f×) | %s |", ms(first.reconcile.mean), ms(last.reconcile.mean), tRatio, verdict(tRatio <= nRatio))
+	}
+	p("| %d clients are served (synced, and every one triggered) | first sync %s; %d triggered in %s | %s |", last.clients, ms(last.firstSync), last.fanout.clients, last.fanout.total.Round(time.Millisecond), verdict(last.fanout.clients == last.clients))
+}
+
+func (r *report) writeScale(p func(string, ...any)) {
+	if len(r.scale) == 0 {
+		return
+	}
+	p("")
+	p("## Cost against selected clients")
+	p("")
+	p("For each count, a namespace of its own with that many Certificates and cert-manager-labelled Secrets, each a")
+	p("leaf of its own from the old root (created directly, nothing issues them), and a fresh dualca with")
+	p("`--renewal-qps=%d`. First sync is process start to the readiness probe's 200 (the first reconcile wrote the", scaleQPS)
+	p("gateway). Reconcile time at rest is controller-runtime's histogram over %d touches of the root's annotations", r.touches)
+	p("and the polls meanwhile, its quantiles the upper bounds of the buckets holding them. The fan-out rotates the")
+	p("root and times the `Issuing` triggers, first to last, against clients / rate.")
+	p("")
+	p("| clients | first sync | RSS | reconciles | mean | p50 | p99 | fan-out | ideal | over ideal | API peak |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, s := range r.scale {
+		f := s.fanout
+		if f.clients == 0 {
+			p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+				s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
+			continue
+		}
+		p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+			s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
+	}
+	for _, s := range r.scale {
+		if s.orphans > 0 {
+			p("")
+			p("With %d cert-manager-labelled Secrets of no selected client in a second client namespace, a fresh dualca with %d clients holds %s, against %s without them (%+.1f %%).",
+				s.orphans, s.clients, mib(s.orphanRSS), mib(s.rss), (float64(s.orphanRSS)/float64(s.rss)-1)*100)
+		}
+	}
+}
+
+func (r *report) writeFanoutTarget(p func(string, ...any)) {
+	if len(r.cmFanout) == 0 {
+		notMeasured(p, "renewal fan-out within 10 % of the ideal time, cert-manager re-issuing")
+		return
+	}
+	worst := 0.0
+	for _, f := range r.cmFanout {
+		worst = max(worst, abs(f.total.Seconds()/f.ideal.Seconds()-1)*100)
+	}
+	f := r.cmFanout[0]
+	p("| renewal fan-out within 10 %% of the ideal time, cert-manager re-issuing (|over| ≤ 10.0 %%) | %d runs of %d clients at %g/s, ideal %s; worst %.1f %% off | %s |",
+		len(r.cmFanout), f.clients, f.qps, f.ideal, worst, verdict(worst <= 10))
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func (r *report) writeFanout(p func(string, ...any)) {
+	if len(r.cmFanout) == 0 {
+		return
+	}
+	f0 := r.cmFanout[0]
+	p("")
+	p("## Renewal fan-out, cert-manager re-issuing")
+	p("")
+	p("cert-manager's controller (`make cert-manager`) owns a self-signed root Certificate and a CA Issuer, and issued")
+	p("%d client Certificates from it; dualca selects them, with `--renewal-qps=%g`. cert-manager renews the root", f0.clients, f0.qps)
+	p("(a new key); dualca triggers each client and cert-manager re-issues it. Each run starts once the previous one")
+	p("has settled (server switched, old root retired).")
+	p("")
+	p("| run | rotation → first trigger | first → last trigger | ideal | over ideal | rotation → all re-issued | API peak | API mean | failed issuances re-triggered |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for i, f := range r.cmFanout {
+		p("| %d | %s | %s | %s | %+.1f %% | %s | %.0f req/s | %.0f req/s | %d |", i+1, f.toFirst.Round(time.Millisecond), f.total.Round(time.Millisecond), f.ideal,
+			(f.total.Seconds()/f.ideal.Seconds()-1)*100, f.reissued.Round(time.Millisecond), f.peakRate, f.meanRate, f.retriggers)
+	}
+	p("")
+	p("The API server's rates count every request it served (`apiserver_request_total`), cert-manager's and the benchmark's included.")
+}
+
+func (r *report) writeBundle(p func(string, ...any)) {
+	if len(r.bundle) == 0 {
+		return
+	}
+	p("")
+	p("## Bundle operations")
+	p("")
+	p("`%s`: the pure work of a reconcile, roots of one subject as cert-manager's; median of the runs (min – max of ns/op).", r.bundleCommand)
+	p("")
+	p("| benchmark | time/op | min – max | B/op | allocs/op |")
+	p("|---|---|---|---|---|")
+	for _, b := range r.bundle {
+		p("| %s | %s | %s – %s | %.0f | %.0f |", b.name, nsf(b.nsPerOp), nsf(b.minNs), nsf(b.maxNs), b.bytesPerOp, b.allocsPerOp)
+	}
+}
+
+func nsf(ns float64) string {
+	switch {
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", ns)
 }
 
 func cpuModel() string {
@@ -95,6 +644,21 @@ func firstLineWith(path, prefix string) string {
 	return ""
 }
 
+// moduleVersion is the version go.mod (relative to root) requires of path.
+func moduleVersion(root, gomod, path string) string {
+	b, err := os.ReadFile(filepath.Join(root, gomod))
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == path {
+			return f[1]
+		}
+	}
+	return "unknown"
+}
+
 func commandLine(path string, args ...string) string { return commandLineIn("", path, args...) }
 
 func commandLineIn(dir, path string, args ...string) string {
@@ -106,338 +670,4 @@ func commandLineIn(dir, path string, args ...string) string {
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return first
-}
-
-// write renders the report as Markdown.
-func (r *report) write(w io.Writer, plot string) error {
-	var err error
-	p := func(format string, args ...any) {
-		if err == nil {
-			_, err = fmt.Fprintf(w, format+"\n", args...)
-		}
-	}
-	p("# Benchmarks")
-	p("")
-	p("Written by `make bench` (`go run ./test/bench`), which took %s. Every figure comes from a real", r.took.Round(time.Second))
-	p("kube-apiserver and etcd started on this machine (envtest, built from Go modules by `make control-plane`)")
-	p("and the `bin/dualca` binary, unless a section says otherwise. Nothing here runs in `make test`.")
-	p("")
-	p("| | |")
-	p("|---|---|")
-	for _, l := range r.machine {
-		p("%s", l)
-	}
-	p("")
-	r.writeTargets(p)
-	if plot != "" {
-		p("")
-		p("![propagation latency and memory](%s)", plot)
-	}
-	r.writePropagation(p)
-	r.writePoll(p)
-	r.writeRest(p)
-	r.writeMemory(p)
-	r.writeFanout(p)
-	r.writeBundle(p)
-	return err
-}
-
-func (r *report) writeTargets(p func(string, ...any)) {
-	p("## Against the performance targets")
-	p("")
-	p("| target | measured | |")
-	p("|---|---|---|")
-	if len(r.propagation) > 0 {
-		d := distributionOf(pooled(r.propagation))
-		p("| propagation p99 under 20 ms | p99 %s over %d rotations (p50 %s, max %s) | %s |", ms(d.p99), d.n, ms(d.p50), ms(d.max), verdict(d.p99 < 20*time.Millisecond))
-	}
-	if len(r.poll) > 0 {
-		d := distributionOf(pooled(r.poll))
-		limit := r.pollInterval + r.pollInterval/10
-		p("| a missed change caught up within one poll interval | max %s for a %s interval (jitter up to +10 %%) | %s |", ms(d.max), r.pollInterval, verdict(d.max <= limit+100*time.Millisecond))
-	}
-	if r.restIntervals > 0 {
-		reads, writes, watches := r.restTotals()
-		p("| at rest: one watch and one read per poll interval, zero writes | %.1f reads and %d writes per interval, %d watch requests in %d intervals; %d gateway versions | %s |",
-			float64(reads)/float64(r.restIntervals), writes, watches, r.restIntervals, r.restGatewayVersions,
-			verdictNote(writes == 0 && r.restGatewayVersions == 0, "zero writes: met; reads: 2, see below"))
-	}
-	if len(r.memory) > 0 {
-		growth, ratio := r.memoryFigures()
-		p("| memory with 10,000 unrelated Secrets within 5 %% of none | %+.1f %% (baseline informer: %.1f× dualca's) | %s |", growth, ratio, verdict(growth < 5))
-	}
-	if f := r.fanout; f.clients > 0 {
-		over := (f.total.Seconds()/f.ideal.Seconds() - 1) * 100
-		p("| fan-out within 10 %% of the ideal time | %d Certificates in %s at %g/s, ideal %s (%+.1f %%) | %s |", f.clients, f.total.Round(time.Millisecond), f.qps, f.ideal, over, verdict(over <= 10 && over >= -10))
-	}
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "**missed**"
-}
-
-func verdictNote(ok bool, note string) string {
-	if ok {
-		return note
-	}
-	return "**missed**"
-}
-
-func (r *report) writePropagation(p func(string, ...any)) {
-	if len(r.propagation) == 0 {
-		return
-	}
-	p("")
-	p("## Propagation: root change → gateway Secret written")
-	p("")
-	p("dualca runs as its binary with `--trust-propagation-delay=20ms` and a client selector that matches")
-	p("nothing, so every rotation also completes (server switch, old root retired) before the next one and the")
-	p("bundle holds one or two roots, as in production. The benchmark watches the root and the gateway Secret")
-	p("as dualca and a gateway do. Each sample runs from the watch event of the new root to the watch event of")
-	p("a gateway Secret naming it: the delivery to dualca, its reads, decision (a new server leaf and key")
-	p("included) and write, and the delivery of the result. Rotations are %d", len(r.propagation[0]))
-	p("per run, at random pauses of 0–20 ms after the previous rotation completed.")
-	p("")
-	p("| | p50 | p90 | p99 | max |")
-	p("|---|---|---|---|---|")
-	for i, run := range r.propagation {
-		d := distributionOf(run)
-		p("| run %d (%d rotations) | %s | %s | %s | %s |", i+1, d.n, ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max))
-	}
-	d := distributionOf(pooled(r.propagation))
-	p("| **all %d** | **%s** | **%s** | **%s** | **%s** |", d.n, ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max))
-	p("| median of the runs (min – max) | %s | %s | %s | %s |",
-		spread(perRun(r.propagation, func(d distribution) time.Duration { return d.p50 }), msf),
-		spread(perRun(r.propagation, func(d distribution) time.Duration { return d.p90 }), msf),
-		spread(perRun(r.propagation, func(d distribution) time.Duration { return d.p99 }), msf),
-		spread(perRun(r.propagation, func(d distribution) time.Duration { return d.max }), msf))
-	if len(r.fromWrite) > 0 {
-		d := distributionOf(pooled(r.fromWrite))
-		p("")
-		p("From the moment the root's update is sent instead (its own PUT added): p50 %s, p90 %s, p99 %s, max %s over %d rotations.",
-			ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), d.n)
-	}
-	p("")
-	p("dualca's own `dualca_propagation_seconds` histogram (from seeing the root to writing the gateway) in the last run: %s.", r.dualcaHistogram)
-}
-
-func (r *report) writePoll(p func(string, ...any)) {
-	if len(r.poll) == 0 {
-		return
-	}
-	p("")
-	p("## The poll alone")
-	p("")
-	p("dualca runs in the benchmark's process with its watches disabled (`syncer.Options.DisableWatches`, a test")
-	p("knob) and `--poll-interval=%s`, so only the poll sees a change. Each root change lands at a random", r.pollInterval)
-	p("moment of the interval; the sample is the time until the gateway Secret names the new root.")
-	p("")
-	p("| | n | p50 | p90 | max | max / interval |")
-	p("|---|---|---|---|---|---|")
-	for i, run := range r.poll {
-		d := distributionOf(run)
-		p("| run %d | %d | %s | %s | %s | %.2f |", i+1, d.n, ms(d.p50), ms(d.p90), ms(d.max), d.max.Seconds()/r.pollInterval.Seconds())
-	}
-	d := distributionOf(pooled(r.poll))
-	p("| **all** | %d | %s | %s | %s | %.2f |", d.n, ms(d.p50), ms(d.p90), ms(d.max), d.max.Seconds()/r.pollInterval.Seconds())
-	p("")
-	p("The poll is jittered by up to +10 %%, so the bound is 1.1 intervals; the median sits near half an interval, as it should for changes at random moments.")
-}
-
-// restTotals sums the at-rest requests: reads (GET, LIST), writes (the
-// rest but WATCH), watch requests.
-func (r *report) restTotals() (reads, writes, watches int) {
-	for k, n := range r.restRequests {
-		verb, _, _ := strings.Cut(k, " ")
-		switch verb {
-		case "GET", "LIST":
-			reads += n
-		case "WATCH":
-			watches += n
-		default:
-			writes += n
-		}
-	}
-	return reads, writes, watches
-}
-
-func (r *report) writeRest(p func(string, ...any)) {
-	if r.restIntervals == 0 {
-		return
-	}
-	p("")
-	p("## API cost at rest")
-	p("")
-	p("dualca in the benchmark's process, every request counted by a wrapping transport, with client tracking on")
-	p("and `--poll-interval=%s`. After start-up and one quiet interval, %d intervals are counted:", r.pollInterval, r.restIntervals)
-	p("")
-	p("| request | count | per interval |")
-	p("|---|---|---|")
-	keys := slices.Sorted(mapsKeys(r.restRequests))
-	for _, k := range keys {
-		p("| `%s` | %d | %.1f |", k, r.restRequests[k], float64(r.restRequests[k])/float64(r.restIntervals))
-	}
-	if len(keys) == 0 {
-		p("| (none) | 0 | 0 |")
-	}
-	p("")
-	p("Start-up, for comparison (one time): %s.", formatCounts(r.startupRequests))
-	p("")
-	p("Zero writes, and the gateway Secret had %d new versions. The poll reads the root and the gateway Secret,", r.restGatewayVersions)
-	p("both uncached (a stalled watch of either must not leave the")
-	p("gateway behind), which is two reads per interval where the target counts one: there is no request that")
-	p("reads two Secrets by name at once. The watches (root, gateway, client Certificates, client Secrets) are")
-	p("long-lived: none was reopened in the window; client-go's reflectors re-open each one after a random 5–10")
-	p("minutes, which is at most one watch request per informer per default poll interval.")
-}
-
-func mapsKeys(m map[string]int) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-// memoryFigures are dualca's growth from the fewest to the most Secrets,
-// in percent, and the baseline's size over dualca's with the most, from
-// the medians over the runs.
-func (r *report) memoryFigures() (growth, ratio float64) {
-	lo, hi := slices.Min(r.opts()), slices.Max(r.opts())
-	dLo, _ := r.memoryMedian(lo)
-	dHi, bHi := r.memoryMedian(hi)
-	return (dHi/dLo - 1) * 100, bHi / dHi
-}
-
-func (r *report) opts() []int {
-	var levels []int
-	for _, m := range r.memory {
-		if !slices.Contains(levels, m.secrets) {
-			levels = append(levels, m.secrets)
-		}
-	}
-	return levels
-}
-
-func (r *report) memoryMedian(secrets int) (dualca, baseline float64) {
-	var ds, bs []float64
-	for _, m := range r.memory {
-		if m.secrets == secrets {
-			ds, bs = append(ds, float64(m.dualca)), append(bs, float64(m.baseline))
-		}
-	}
-	slices.Sort(ds)
-	slices.Sort(bs)
-	return ds[len(ds)/2], bs[len(bs)/2]
-}
-
-func (r *report) memoryValues(secrets int) (ds, bs []float64) {
-	for _, m := range r.memory {
-		if m.secrets == secrets {
-			ds, bs = append(ds, float64(m.dualca)), append(bs, float64(m.baseline))
-		}
-	}
-	return ds, bs
-}
-
-func (r *report) heapValues(secrets int) (ds, bs []float64) {
-	for _, m := range r.memory {
-		if m.secrets == secrets {
-			ds, bs = append(ds, float64(m.dualcaHeap)), append(bs, float64(m.baselineHeap))
-		}
-	}
-	return ds, bs
-}
-
-func (r *report) writeMemory(p func(string, ...any)) {
-	if len(r.memory) == 0 {
-		return
-	}
-	p("")
-	p("## Memory beside unrelated Secrets")
-	p("")
-	p("For each count, unrelated Secrets of %d KiB are created in the root's namespace, then the `bin/dualca`", unrelatedSize>>10)
-	p("binary (client tracking on, in that namespace too) and the baseline start fresh, side by side. The")
-	p("baseline is what following the root through a controller-runtime manager's cached client does: an")
-	p("informer on every Secret of the namespace. Once both are in sync, their resident set (VmRSS) is sampled")
-	p("%d times over 5 s after a 5 s settling time, with the Go heap in use from each one's metrics endpoint;", memorySamples)
-	p("the medians are kept. Each cell: median of the runs (min – max).")
-	p("")
-	p("| unrelated Secrets | dualca RSS | baseline RSS (all Secrets cached) | baseline / dualca | dualca heap in use | baseline heap in use |")
-	p("|---|---|---|---|---|---|")
-	for _, n := range r.opts() {
-		ds, bs := r.memoryValues(n)
-		dh, bh := r.heapValues(n)
-		dm, bm := r.memoryMedian(n)
-		p("| %d | %s | %s | %.1f× | %s | %s |", n, spread(ds, mibf), spread(bs, mibf), bm/dm, spread(dh, mibf), spread(bh, mibf))
-	}
-	growth, ratio := r.memoryFigures()
-	p("")
-	p("dualca's resident set changes by %+.1f %% from the fewest to the most Secrets; the baseline needs %.1f× as much as dualca with the most.", growth, ratio)
-}
-
-func (r *report) writeFanout(p func(string, ...any)) {
-	f := r.fanout
-	if f.clients == 0 {
-		return
-	}
-	p("")
-	p("## Renewal fan-out")
-	p("")
-	p("%d client Certificates and their Secrets (leaf and `ca.crt` from the old root, as cert-manager writes", f.clients)
-	p("them) are selected; no cert-manager runs, so what is measured is dualca's trigger path: each")
-	p("Certificate's `Issuing` condition set to True. The root rotates; the benchmark watches the Certificates.")
-	p("dualca runs as its binary with `--renewal-qps=%g --renewal-burst=%d --trust-propagation-delay=100ms`.", f.qps, f.burst)
-	p("")
-	p("| | |")
-	p("|---|---|")
-	p("| root write → first trigger | %s (the propagation delay, then the first reconcile) |", f.toFirst.Round(time.Millisecond))
-	p("| first → last trigger | **%s** |", f.total.Round(time.Millisecond))
-	p("| ideal, clients / rate | %s (%s once the burst of %d is spent) |", f.ideal, time.Duration(float64(f.clients-f.burst)/f.qps*float64(time.Second)), f.burst)
-	p("| over the ideal | %+.1f %% |", (f.total.Seconds()/f.ideal.Seconds()-1)*100)
-	p("| API server, all requests, peak 1 s window | %.0f requests/s |", f.peakRate)
-	p("| API server, all requests, mean over the fan-out | %.0f requests/s |", f.meanRate)
-	p("")
-	p("The API server's figures count every request it served (`apiserver_request_total`), the benchmark's")
-	p("watch included. dualca's own counters after the run:")
-	p("")
-	p("```")
-	for _, l := range f.renewals {
-		p("%s", l)
-	}
-	p("```")
-}
-
-func (r *report) writeBundle(p func(string, ...any)) {
-	if len(r.bundle) == 0 {
-		return
-	}
-	p("")
-	p("## Bundle operations")
-	p("")
-	p("`%s`: the pure work of a reconcile, median of 5 runs (min – max of ns/op).", r.bundleCommand)
-	p("")
-	p("| benchmark | time/op | min – max | B/op | allocs/op |")
-	p("|---|---|---|---|---|")
-	for _, b := range r.bundle {
-		p("| %s | %s | %s – %s | %.0f | %.0f |", b.name, nsf(b.nsPerOp), nsf(b.minNs), nsf(b.maxNs), b.bytesPerOp, b.allocsPerOp)
-	}
-	p("")
-	p("`Plan/new-root` is the decision on the propagation path (it issues a server leaf with a fresh key);")
-	p("`Plan/at-rest` is what every poll and every client event costs.")
-}
-
-func nsf(ns float64) string {
-	switch {
-	case ns >= 1e6:
-		return fmt.Sprintf("%.2f ms", ns/1e6)
-	case ns >= 1e3:
-		return fmt.Sprintf("%.1f µs", ns/1e3)
-	}
-	return fmt.Sprintf("%.0f ns", ns)
 }

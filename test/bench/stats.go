@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -50,35 +51,45 @@ func summarize(samples []time.Duration) string {
 // ms formats a duration in milliseconds, to a tenth.
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-// spread is "median (min–max)" of per-run values.
-func spread(values []float64, format func(float64) string) string {
-	if len(values) == 0 {
-		return "–"
-	}
-	s := slices.Clone(values)
-	slices.Sort(s)
-	if len(s) == 1 {
-		return format(s[0])
-	}
-	return fmt.Sprintf("%s (%s – %s)", format(s[len(s)/2]), format(s[0]), format(s[len(s)-1]))
+// histogramQuantiles are quantiles read from a Prometheus histogram's
+// buckets: the upper bound of the bucket that holds each, so "≤".
+type histogramQuantiles struct {
+	n        int
+	mean     time.Duration
+	p50, p99 string
 }
 
-func msf(v float64) string  { return fmt.Sprintf("%.1f ms", v) }
-func mibf(v float64) string { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
-
-// perRun applies f to each run's distribution.
-func perRun(runs [][]time.Duration, f func(distribution) time.Duration) []float64 {
-	var out []float64
-	for _, r := range runs {
-		out = append(out, float64(f(distributionOf(r)))/float64(time.Millisecond))
+// quantilesBetween reads the observations of histogram name (summed over
+// its labels) made between two scrapes.
+func quantilesBetween(before, after, name string) histogramQuantiles {
+	b0, c0, s0 := histogramOf(before, name)
+	b1, c1, s1 := histogramOf(after, name)
+	n := c1 - c0
+	q := histogramQuantiles{n: int(n), p50: "–", p99: "–"}
+	if n <= 0 {
+		return q
 	}
-	return out
+	q.mean = time.Duration((s1 - s0) / n * float64(time.Second))
+	bounds := slices.Sorted(maps.Keys(b1))
+	at := func(p float64) string {
+		for _, le := range bounds {
+			if b1[le]-b0[le] >= p*n {
+				if math.IsInf(le, 1) {
+					return "+Inf"
+				}
+				return ms(time.Duration(le * float64(time.Second)))
+			}
+		}
+		return "+Inf"
+	}
+	q.p50, q.p99 = at(.5), at(.99)
+	return q
 }
 
-// histogramSummary reads a Prometheus histogram's count and mean from a
-// scrape.
-func histogramSummary(scrape, name string) string {
-	var sum, count float64
+// histogramOf sums a histogram's cumulative buckets, count and sum over
+// its label sets.
+func histogramOf(scrape, name string) (buckets map[float64]float64, count, sum float64) {
+	buckets = map[float64]float64{}
 	for line := range strings.SplitSeq(scrape, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) != 2 {
@@ -88,34 +99,23 @@ func histogramSummary(scrape, name string) string {
 		if err != nil {
 			continue
 		}
-		switch fields[0] {
-		case name + "_sum":
-			sum = v
-		case name + "_count":
-			count = v
+		metric := fields[0]
+		switch {
+		case strings.HasPrefix(metric, name+"_bucket{"):
+			_, le, ok := strings.Cut(metric, `le="`)
+			if !ok {
+				continue
+			}
+			le, _, _ = strings.Cut(le, `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if err == nil {
+				buckets[bound] += v
+			}
+		case metric == name+"_count" || strings.HasPrefix(metric, name+"_count{"):
+			count += v
+		case metric == name+"_sum" || strings.HasPrefix(metric, name+"_sum{"):
+			sum += v
 		}
 	}
-	if count == 0 {
-		return "no observations"
-	}
-	out := fmt.Sprintf("%.0f observations, mean %.1f ms", count, sum/count*1000)
-	// The share within each bucket bound, up to the first that holds all.
-	var within []string
-	for line := range strings.SplitSeq(scrape, "\n") {
-		le, ok := strings.CutPrefix(line, name+`_bucket{le="`)
-		if !ok {
-			continue
-		}
-		bound, rest, _ := strings.Cut(le, `"}`)
-		v, err1 := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		b, err2 := strconv.ParseFloat(bound, 64)
-		if err1 != nil || err2 != nil || len(within) > 0 && strings.HasSuffix(within[len(within)-1], " 100 %") {
-			continue
-		}
-		within = append(within, fmt.Sprintf("≤ %g ms: %.0f %%", b*1000, v/count*100))
-	}
-	if len(within) > 0 {
-		out += " (" + strings.Join(within, ", ") + ")"
-	}
-	return out
+	return buckets, count, sum
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,22 +21,27 @@ import (
 const (
 	rootName    = "root-ca"
 	gatewayName = "gateway-credential"
+	// rootSubject is every root's common name: cert-manager renews a root
+	// with its subject and a new key, so the roots of a run cannot be told
+	// apart by name.
+	rootSubject = "bench-root-ca"
+	// trustLabel selects the namespaces where trust-manager writes a world's
+	// target, one world each.
+	trustLabel = "bench.dualca.io/trust-target"
 )
 
-// world is one namespace with a root Secret and the gateway dualca keeps.
+// world is one namespace with a root Secret, and watches of the Secrets the
+// systems under test write there.
 type world struct {
 	b    *bench
 	ns   string
 	root *corev1.Secret // as last written
-	gw   *gatewayWatch
-	// rootSeen is the history of the root Secret, as watchers see it.
-	rootSeen *gatewayWatch
 }
 
-// newWorld creates the namespace ns holding root as its root Secret, and
-// starts watching the root and the gateway Secret there.
+// newWorld creates the namespace ns holding root as its root Secret.
 func (b *bench) newWorld(ctx context.Context, ns string, root *certs.CA) (*world, error) {
-	_, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{trustLabel: ns}}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
@@ -44,25 +49,37 @@ func (b *bench) newWorld(ctx context.Context, ns string, root *certs.CA) (*world
 	if _, err := w.writeRoot(ctx, root); err != nil {
 		return nil, err
 	}
-	return w, w.watchGateway(ctx)
+	return w, nil
 }
 
 func (w *world) rootFlag() string    { return "--root-secret=" + w.ns + "/" + rootName }
 func (w *world) gatewayFlag() string { return "--gateway-secret=" + w.ns + "/" + gatewayName }
 
-// newRoot is a root CA as cert-manager's CA issuer would hold it, valid for
-// a day from a minute ago.
-func newRoot(cn string) (*certs.CA, error) {
+// newRoot is a root CA as cert-manager's CA issuer holds it: the same
+// subject as every other root, a new key, valid for a day from a minute ago.
+func newRoot() (*certs.CA, error) {
 	now := time.Now()
-	return certs.NewCA(cn, now.Add(-time.Minute), now.Add(24*time.Hour))
+	return certs.NewCA(rootSubject, now.Add(-time.Minute), now.Add(24*time.Hour))
+}
+
+// newRoots makes n roots before any clock starts: cert-manager makes the
+// keys, not the systems measured.
+func newRoots(n int) ([]*certs.CA, error) {
+	roots := make([]*certs.CA, n)
+	for i := range roots {
+		var err error
+		if roots[i], err = newRoot(); err != nil {
+			return nil, err
+		}
+	}
+	return roots, nil
 }
 
 // writeRoot creates or replaces the root Secret with ca and returns the
-// moment the write was sent.
+// moment the API server acknowledged the write (the call returned).
 func (w *world) writeRoot(ctx context.Context, ca *certs.CA) (time.Time, error) {
 	data := map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM, "ca.crt": ca.CertPEM}
 	secrets := w.b.cs.CoreV1().Secrets(w.ns)
-	sent := time.Now()
 	var err error
 	if w.root == nil {
 		w.root, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: rootName}, Type: corev1.SecretTypeTLS, Data: data}, metav1.CreateOptions{})
@@ -71,25 +88,16 @@ func (w *world) writeRoot(ctx context.Context, ca *certs.CA) (time.Time, error) 
 		next.Data = data
 		w.root, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
 	}
+	acked := time.Now()
 	if err != nil {
-		return sent, fmt.Errorf("writing the root: %w", err)
+		return acked, fmt.Errorf("writing the root: %w", err)
 	}
-	return sent, nil
+	return acked, nil
 }
 
-// watchGateway starts recording every version of the gateway Secret with
-// the moment it arrived, and of the root Secret.
-func (w *world) watchGateway(ctx context.Context) (err error) {
-	if w.gw, err = w.watchSecret(ctx, gatewayName); err != nil {
-		return err
-	}
-	w.rootSeen, err = w.watchSecret(ctx, rootName)
-	return err
-}
-
-// watchSecret records every version of one Secret with the moment it
-// arrived through a watch, as dualca and the gateway receive them.
-func (w *world) watchSecret(ctx context.Context, name string) (*gatewayWatch, error) {
+// watchSecret records every version of one Secret of the world with the
+// moment it arrived through a watch, as a gateway receives them.
+func (w *world) watchSecret(ctx context.Context, name string) (*secretWatch, error) {
 	secrets := w.b.cs.CoreV1().Secrets(w.ns)
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	list, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: sel})
@@ -104,7 +112,7 @@ func (w *world) watchSecret(ctx context.Context, name string) (*gatewayWatch, er
 	if err != nil {
 		return nil, err
 	}
-	h := &gatewayWatch{changed: make(chan struct{})}
+	h := &secretWatch{changed: make(chan struct{})}
 	for i := range list.Items {
 		h.add(time.Now(), &list.Items[i])
 	}
@@ -127,28 +135,35 @@ func (w *world) watchSecret(ctx context.Context, name string) (*gatewayWatch, er
 	return h, nil
 }
 
-// gatewayVersion is a version of the gateway Secret as it arrived.
-type gatewayVersion struct {
+// version is a version of a watched Secret as it arrived.
+type version struct {
 	at    time.Time
 	state bundle.State
-	roots int
-	// cert is the fingerprint of the first certificate of tls.crt.
-	cert string
+	// trusts are the fingerprints of the certificates of ca.crt.
+	trusts map[string]bool
+	// chainBytes is the DER size of tls.crt, what a handshake carries, and
+	// links the certificates after its first.
+	chainBytes, links int
 }
 
-// gatewayWatch is the history of the gateway Secret.
-type gatewayWatch struct {
+// secretWatch is the history of a Secret.
+type secretWatch struct {
 	mu       sync.Mutex
-	versions []gatewayVersion
+	versions []version
 	changed  chan struct{} // closed and replaced at every version
 }
 
-func (g *gatewayWatch) add(at time.Time, s *corev1.Secret) {
-	v := gatewayVersion{at: at, state: bundle.ParseState(s.Annotations)}
-	v.roots = strings.Count(string(s.Data["ca.crt"]), "-----BEGIN CERTIFICATE-----")
-	if cs, err := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey]); err == nil {
-		v.cert = bundle.Fingerprint(cs[0])
+func (g *secretWatch) add(at time.Time, s *corev1.Secret) {
+	v := version{at: at, state: bundle.ParseState(s.Annotations), trusts: map[string]bool{}}
+	cas, _ := bundle.ParseCertificates("ca.crt", s.Data["ca.crt"])
+	for _, c := range cas {
+		v.trusts[bundle.Fingerprint(c)] = true
 	}
+	chain, _ := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey])
+	for _, c := range chain {
+		v.chainBytes += len(c.Raw)
+	}
+	v.links = max(0, len(chain)-1)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.versions = append(g.versions, v)
@@ -157,14 +172,21 @@ func (g *gatewayWatch) add(at time.Time, s *corev1.Secret) {
 }
 
 // mark is where the next wait starts looking.
-func (g *gatewayWatch) mark() int {
+func (g *secretWatch) mark() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.versions)
 }
 
+// since returns the versions from mark on.
+func (g *secretWatch) since(mark int) []version {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]version(nil), g.versions[min(mark, len(g.versions)):]...)
+}
+
 // waitFor returns the first version at or after mark that satisfies ok.
-func (g *gatewayWatch) waitFor(ctx context.Context, mark int, timeout time.Duration, what string, ok func(gatewayVersion) bool) (gatewayVersion, error) {
+func (g *secretWatch) waitFor(ctx context.Context, mark int, timeout time.Duration, what string, ok func(version) bool) (version, error) {
 	deadline := time.After(timeout)
 	for {
 		g.mu.Lock()
@@ -180,25 +202,45 @@ func (g *gatewayWatch) waitFor(ctx context.Context, mark int, timeout time.Durat
 		select {
 		case <-changed:
 		case <-deadline:
-			return gatewayVersion{}, fmt.Errorf("no gateway version with %s within %s", what, timeout)
+			return version{}, fmt.Errorf("no version with %s within %s", what, timeout)
 		case <-ctx.Done():
-			return gatewayVersion{}, ctx.Err()
+			return version{}, ctx.Err()
 		}
 	}
 }
 
-// steadyOn waits for the gateway to rest on root: current, served, alone.
-func (g *gatewayWatch) steadyOn(ctx context.Context, mark int, root *certs.CA) (gatewayVersion, error) {
-	fp := bundle.Fingerprint(root.Cert)
-	return g.waitFor(ctx, mark, 30*time.Second, "root "+bundle.Short(fp)+" steady", func(v gatewayVersion) bool {
-		return v.state.Root == fp && v.state.Server == fp && v.state.Phase == bundle.PhaseSteady
-	})
+// trusting waits for a version whose ca.crt holds root.
+func (g *secretWatch) trusting(ctx context.Context, mark int, root *x509.Certificate) (version, error) {
+	fp := bundle.Fingerprint(root)
+	return g.waitFor(ctx, mark, time.Minute, "root "+bundle.Short(fp)+" in ca.crt", func(v version) bool { return v.trusts[fp] })
 }
 
-// holds waits for the gateway to name root as current.
-func (g *gatewayWatch) holds(ctx context.Context, mark int, root *certs.CA) (gatewayVersion, error) {
+// trustingWhile waits for a version from mark on whose ca.crt holds root,
+// and fails at once if p exits meanwhile.
+func (g *secretWatch) trustingWhile(ctx context.Context, p *process, mark int, root *x509.Certificate) (version, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	v, err := g.trusting(ctx, mark, root)
+	if err != nil {
+		if aliveErr := p.alive(); aliveErr != nil {
+			return v, aliveErr
+		}
+		return v, fmt.Errorf("%w\n%s", err, tailOf(p.log.String(), 20))
+	}
+	return v, nil
+}
+
+// steadyOn waits for a dualca gateway to rest on root: current, served, alone.
+func (g *secretWatch) steadyOn(ctx context.Context, mark int, root *certs.CA) (version, error) {
 	fp := bundle.Fingerprint(root.Cert)
-	return g.waitFor(ctx, mark, 30*time.Second, "root "+bundle.Short(fp), func(v gatewayVersion) bool {
-		return v.state.Root == fp
+	return g.waitFor(ctx, mark, time.Minute, "root "+bundle.Short(fp)+" steady", func(v version) bool {
+		return v.state.Root == fp && v.state.Server == fp && v.state.Phase == bundle.PhaseSteady
 	})
 }

@@ -206,4 +206,19 @@ $(BIN)/runc: $(TOOLS_MK_DIR)/runc/go.mod $(TOOLS_MK_DIR)/runc/go.sum $(TOOLS_MK_
 .PHONY: image-tools
 image-tools: $(BIN)/ocibuild $(BIN)/registry $(BIN)/runc ## build ocibuild, the distribution registry and runc into ./bin from Go modules (for make image and the image tests)
 
+# --- trust-manager (for make bench only) -------------------------------------
+# cert-manager trust-manager's Bundle controller (test/tools/trustmanager:
+# upstream's command without its webhook, every server on the address given),
+# what the benchmarks compare dualca with. The benchmarks install its Bundle
+# CRD from the same module, found in the module cache.
+TRUST_MANAGER_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/trustmanager/go.mod,github.com/cert-manager/trust-manager)
+
+$(BIN)/trust-manager: $(TOOLS_MK_DIR)/trustmanager/go.mod $(TOOLS_MK_DIR)/trustmanager/go.sum $(TOOLS_MK_DIR)/trustmanager/main.go
+	@mkdir -p $(@D)
+	@echo "building trust-manager $(TRUST_MANAGER_VERSION) from Go modules (about a minute, once)"
+	cd $(TOOLS_MK_DIR)/trustmanager && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w' -o $@.tmp . && mv -f $@.tmp $@
+
+.PHONY: trust-manager
+trust-manager: $(BIN)/trust-manager ## build cert-manager trust-manager into ./bin from Go modules (for make bench)
+
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))

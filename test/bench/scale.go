@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// scale measures how dualca's cost grows with the selected clients: for
+// each count, a namespace of its own with that many Certificates and
+// cert-manager-labelled Secrets (each a leaf of its own from the old root,
+// created directly: nothing issues them), a fresh dualca, the time to its
+// first sync, its resident memory, its reconcile time at rest, and the
+// fan-out of renewal triggers at --renewal-qps=500 when the root rotates.
+// Last, 10,000 cert-manager-labelled Secrets that belong to no selected
+// client join a client namespace, and the memory is measured again.
+func (b *bench) scale(ctx context.Context) error {
+	b.report.touches = b.opts.touches
+	for i, n := range b.opts.scale {
+		last := i == len(b.opts.scale)-1
+		pt, err := b.scalePoint(ctx, n, last)
+		if err != nil {
+			if pt.clients > 0 {
+				b.report.scale = append(b.report.scale, pt) // what was measured before it failed
+			}
+			return fmt.Errorf("%d clients: %w", n, err)
+		}
+		b.report.scale = append(b.report.scale, pt)
+		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s",
+			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal)
+	}
+	return nil
+}
+
+// scaleQPS is dualca's --renewal-qps in the scale runs.
+const scaleQPS = 500
+
+func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scalePoint, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	roots, err := newRoots(2)
+	if err != nil {
+		return scalePoint{}, err
+	}
+	w, err := b.newWorld(ctx, fmt.Sprintf("scale-%d", n), roots[0])
+	if err != nil {
+		return scalePoint{}, err
+	}
+	began := time.Now()
+	if err := b.createClients(ctx, w.ns, roots[0], n); err != nil {
+		return scalePoint{}, err
+	}
+	b.log("created %d client Certificates and Secrets in %s", n, time.Since(began).Round(time.Second))
+	gw, err := w.watchSecret(ctx, gatewayName)
+	if err != nil {
+		return scalePoint{}, err
+	}
+	args := []string{w.rootFlag(), w.gatewayFlag(), "--client-selector=" + clientLabel + "=agent", "--client-namespaces=" + w.ns,
+		fmt.Sprintf("--renewal-qps=%d", scaleQPS), "--trust-propagation-delay=100ms", "--server-switch-grace=1h",
+		"--poll-interval=" + b.opts.poll.String()}
+	p, firstSync, err := b.startSynced(ctx, args)
+	if err != nil {
+		return scalePoint{}, err
+	}
+	defer p.stop()
+	pt := scalePoint{clients: n, firstSync: firstSync}
+	if pt.rss, err = settledRSS(ctx, p); err != nil {
+		return pt, err
+	}
+	if pt.reconcile, err = b.reconcileAtRest(ctx, w, p); err != nil {
+		return pt, err
+	}
+	if withOrphans {
+		if pt.orphans, pt.orphanRSS, err = b.orphans(ctx, w, args); err != nil {
+			return pt, err
+		}
+	}
+	pt.fanout, err = b.triggerFanOut(ctx, w, gw, p, roots[1], n, scaleQPS)
+	return pt, err
+}
+
+// startSynced starts dualca and waits for its readiness probe, which
+// answers once the first reconcile has written the gateway.
+func (b *bench) startSynced(ctx context.Context, args []string) (*process, time.Duration, error) {
+	p, err := b.startDualca(b.cluster.Kubeconfig, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	var took time.Duration
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
+		}
+		if p.ready(ctx) {
+			took = time.Since(p.started)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		p.stop()
+		return nil, 0, err
+	}
+	return p, took, nil
+}
+
+// reconcileAtRest makes dualca reconcile with nothing to change (the root
+// Secret's annotations touched, its content the same) and reads the
+// reconcile times from controller-runtime's histogram.
+func (b *bench) reconcileAtRest(ctx context.Context, w *world, p *process) (histogramQuantiles, error) {
+	before, err := p.scrape(ctx)
+	if err != nil {
+		return histogramQuantiles{}, err
+	}
+	for i := range b.opts.touches {
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"bench.dualca.io/touch":"%d"}}}`, i)
+		root, err := b.cs.CoreV1().Secrets(w.ns).Patch(ctx, rootName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return histogramQuantiles{}, err
+		}
+		w.root = root
+		time.Sleep(200 * time.Millisecond)
+	}
+	after, err := p.scrape(ctx)
+	if err != nil {
+		return histogramQuantiles{}, err
+	}
+	return quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), nil
+}
+
+// orphanSecrets is how many cert-manager-labelled Secrets of no selected
+// client join a client namespace.
+const orphanSecrets = 10000
+
+// orphans adds cert-manager-labelled Secrets of no selected client in a
+// second client namespace and measures a fresh dualca's memory.
+func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int64, error) {
+	n := min(orphanSecrets, b.opts.scale[len(b.opts.scale)-1])
+	ns := w.ns + "-orphans"
+	if err := b.cluster.CreateNamespace(ctx, ns); err != nil {
+		return 0, 0, err
+	}
+	roots, err := newRoots(1)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := b.createLabelledSecrets(ctx, ns, roots[0], n); err != nil {
+		return 0, 0, err
+	}
+	var withOrphans []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "--client-namespaces=") {
+			a += "," + ns
+		}
+		withOrphans = append(withOrphans, a)
+	}
+	p, _, err := b.startSynced(ctx, withOrphans)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.stop()
+	rss, err := settledRSS(ctx, p)
+	return n, rss, err
+}
+
+// scalePoint is the cost with one number of clients.
+type scalePoint struct {
+	clients   int
+	firstSync time.Duration
+	rss       int64
+	reconcile histogramQuantiles
+	fanout    fanoutResult
+	// orphans and orphanRSS: the cert-manager-labelled Secrets of no
+	// selected client added, and a fresh dualca's memory then.
+	orphans   int
+	orphanRSS int64
+}
