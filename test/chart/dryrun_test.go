@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -46,18 +47,7 @@ func (w *warnings) get() []string {
 func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	assets, err := controlplane.Assets()
-	g.Expect(err).NotTo(HaveOccurred())
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join("testdata", "crds")},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: time.Minute,
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
-	t.Cleanup(func() { _ = env.Stop() })
-	g.Expect(controlplane.ExpectKubeVersion(cfg)).To(Succeed())
+	_, cfg := startAPIServer(t, g)
 	w := &warnings{}
 	cfg.WarningHandler = w
 	c, err := client.New(cfg, client.Options{})
@@ -99,4 +89,23 @@ func ensureRestrictedNamespace(g *WithT, c client.Client, ns string) {
 	if !apierrors.IsAlreadyExists(err) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
+}
+
+// startAPIServer starts a kube-apiserver of the version under test with the
+// stand-in monitoring CRDs (testdata/crds), stopped when t ends.
+func startAPIServer(t *testing.T, g Gomega) (*envtest.Environment, *rest.Config) {
+	t.Helper()
+	assets, err := controlplane.Assets()
+	g.Expect(err).NotTo(HaveOccurred())
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        []string{filepath.Join("testdata", "crds")},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: time.Minute,
+	}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
+	t.Cleanup(func() { _ = env.Stop() })
+	g.Expect(controlplane.ExpectKubeVersion(cfg)).To(Succeed())
+	return env, cfg
 }

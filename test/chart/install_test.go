@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,18 +28,7 @@ import (
 func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	assets, err := controlplane.Assets()
-	g.Expect(err).NotTo(HaveOccurred())
-	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{filepath.Join("testdata", "crds")},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: time.Minute,
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
-	t.Cleanup(func() { _ = env.Stop() })
-	g.Expect(controlplane.ExpectKubeVersion(cfg)).To(Succeed())
+	env, cfg := startAPIServer(t, g)
 	admin, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	kc, err := admin.KubeConfig()
