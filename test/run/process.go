@@ -142,7 +142,9 @@ func (p *Process) Kill() {
 // stopTimeout it kills the process and says so. It returns an error when
 // dualca did not exit cleanly. Stopping an ended process does nothing.
 func (p *Process) Stop() error {
-	if !p.end("stopped", syscall.SIGTERM) {
+	// Terminate sends the one SIGTERM: a second one, while dualca shuts
+	// down, makes controller-runtime's signal handler exit at once with 1.
+	if !p.end("stopped", 0) {
 		return nil
 	}
 	if Terminate(p.cmd, p.done, stopTimeout) {
@@ -181,8 +183,9 @@ func (p *Process) Exited() bool {
 // Log is what dualca wrote to its standard output and error so far.
 func (p *Process) Log() string { return p.logs.String() }
 
-// end records why the process ends and signals it, unless it had ended or
-// been asked to already; it reports whether it signalled.
+// end records why the process ends and sends it sig (none when 0), unless
+// it had ended or been asked to already; it reports whether it was asked
+// now.
 func (p *Process) end(why string, sig syscall.Signal) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -193,7 +196,9 @@ func (p *Process) end(why string, sig syscall.Signal) bool {
 		return false
 	}
 	p.ended = why
-	_ = p.cmd.Process.Signal(sig)
+	if sig != 0 {
+		_ = p.cmd.Process.Signal(sig)
+	}
 	return true
 }
 
