@@ -111,7 +111,7 @@ demo: control-plane cert-manager $(BIN)/dualca ## cert-manager, dualca, an mTLS 
 .PHONY: soak
 soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at random moments for DURATION (60m), two replicas, CLIENTS (100) clients loading their Secrets 1-10 s late; writes docs/soak.md and docs/soak.png
 	DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
-		-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.report=$(CURDIR)/docs/soak.md -soak.plot=$(CURDIR)/docs/soak.png \
+		-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s -soak.report=$(CURDIR)/docs/soak.md -soak.plot=$(CURDIR)/docs/soak.png \
 		2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: bench
