@@ -23,10 +23,7 @@ import (
 // it where it is missing.
 func TestServerChainVerifiesWithOpenSSL(t *testing.T) {
 	t.Parallel()
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Fatal("openssl is needed to check the server chain with another verifier than Go's: apt-get install openssl")
-	}
+	openssl := lookOpenSSL(t)
 	g := NewWithT(t)
 	dir := t.TempDir()
 	now := testNow
@@ -88,10 +85,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // server with OpenSSL, which takes the path link by link.
 func TestAFullServerChainVerifiesWithOpenSSL(t *testing.T) {
 	t.Parallel()
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Fatal("openssl is needed to check the server chain with another verifier than Go's: apt-get install openssl")
-	}
+	openssl := lookOpenSSL(t)
 	g := NewWithT(t)
 	dir := t.TempDir()
 	gw, cas, _, _ := pileUp(t, bundle.MaxServerChainLinks+1, 1, 1000*time.Hour)
@@ -108,4 +102,15 @@ func TestAFullServerChainVerifiesWithOpenSSL(t *testing.T) {
 			"-CAfile", write("trust.pem", cas[i].CertPEM), "-untrusted", untrusted, leaf).CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), "a client trusting only root %d: %s", i+1, out)
 	}
+}
+
+// lookOpenSSL finds openssl, the verifier the chain is checked with besides
+// Go's.
+func lookOpenSSL(t *testing.T) string {
+	t.Helper()
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Fatal("openssl is needed to check the server chain with another verifier than Go's: apt-get install openssl")
+	}
+	return openssl
 }

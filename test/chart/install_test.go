@@ -2,8 +2,6 @@ package chart
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/dualca/dualca/test/controlplane"
 )
@@ -29,12 +26,7 @@ func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	env, cfg := startAPIServer(t, g)
-	admin, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	kc, err := admin.KubeConfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+	kubeconfig := controlplane.AdminKubeconfig(t, env)
 	c, err := client.New(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // KubeVersionEnv names the variable that chooses the Kubernetes version the
@@ -222,4 +223,24 @@ func Helm(t testing.TB, args ...string) ([]byte, error) {
 		return stdout.Bytes(), fmt.Errorf("running helm: %w: %s", err, stderr.String())
 	}
 	return stdout.Bytes(), nil
+}
+
+// AdminKubeconfig writes a kubeconfig of a cluster administrator of env (a
+// user in system:masters, as helm is run by one) into a temporary directory
+// of t and returns its path.
+func AdminKubeconfig(t testing.TB, env *envtest.Environment) string {
+	t.Helper()
+	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatalf("adding an administrator to the API server: %v", err)
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		t.Fatalf("an administrator's kubeconfig: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -55,12 +55,7 @@ func startCluster(t *testing.T) *cluster {
 	cfg, err := env.Start()
 	g.Expect(err).NotTo(HaveOccurred(), "starting the control plane from %s (run `make control-plane`)", assets)
 	t.Cleanup(func() { _ = env.Stop() })
-	admin, err := env.AddUser(envtest.User{Name: "helm", Groups: []string{"system:masters"}}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	kc, err := admin.KubeConfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+	kubeconfig := controlplane.AdminKubeconfig(t, env)
 	c, err := client.New(cfg, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
 	return &cluster{cfg: cfg, c: c, kubeconfig: kubeconfig}
