@@ -131,6 +131,12 @@ type soak struct {
 	deletions int // gateway Secret deletions injected
 	samples   []sample
 	resources []resource
+	// failures are the clients' failed attempts (lostFailures those beyond
+	// maxFailuresKept); issuing is when each client Certificate turned
+	// Issuing: the cut-offs are told from them (see cutoff_test.go).
+	failures     []mtls.Failure
+	lostFailures int
+	issuing      map[string][]issuance
 }
 
 // The timeline's kinds besides the faults.
@@ -181,7 +187,8 @@ func setUp(t *testing.T) *soak {
 	c := cluster.StartT(t, cluster.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := &soak{t: t, g: g, ctx: ctx, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), begin: time.Now()}
+	s := &soak{t: t, g: g, ctx: ctx, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), begin: time.Now(),
+		issuing: map[string][]issuance{}}
 	g.Expect(c.CreateNamespace(ctx, namespace)).To(Succeed())
 	_, err := c.CreateRootCA(ctx, namespace, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -196,6 +203,7 @@ func setUp(t *testing.T) *soak {
 	// Its failures are counted apart, from the start: its issuer breaks at
 	// a random moment and heals at another.
 	s.mon.Excuse(s.broken)
+	s.watchIssuing()
 	s.args = s.dualcaArgs()
 	for i := range s.replicas {
 		s.startReplica(i)
@@ -250,7 +258,7 @@ func (s *soak) startTraffic() {
 	s.g.Expect(s.gateway.Start(ctx)).To(Succeed())
 	shared := mtls.NewSharedWatch(s.kube, namespace)
 	shared.Start(ctx)
-	s.fleet = mtls.NewFleet(mtls.Lagged(shared, delay), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: interval})
+	s.fleet = mtls.NewFleet(mtls.Lagged(shared, delay), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: interval, OnFailure: s.failed})
 	s.fleet.Start(ctx)
 	s.t.Cleanup(func() {
 		stop()
