@@ -55,7 +55,7 @@ type rotationOutcome struct {
 	landedIn       string        // the gateway's phase when the root Secret changed
 	steady         time.Duration // from arrival to Steady; 0 if never
 	superseded     bool          // the next root came before Steady
-	oldExpiresIn   time.Duration // from Steady (or now) to the old root's NotAfter
+	oldExpiresIn   time.Duration // from the first Steady on this or a later root (or now) to the old root's NotAfter
 	steadyInTime   bool
 	oldRootExpires time.Time
 }
@@ -173,9 +173,18 @@ func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
 			}
 			r.landedIn = smp.phase
 		}
-		end := time.Now()
 		if st := s.mon.FirstSeen("phase " + string(bundle.PhaseSteady) + " " + fp); !st.IsZero() {
-			r.steady, end = st.Sub(r.arrived), st
+			r.steady = st.Sub(r.arrived)
+		}
+		// The old root must outlive the first Steady on this root or on a
+		// later one (an overtaken rotation ends with the one that overtook
+		// it), or now if none came.
+		end := time.Now()
+		for _, later := range roots[i:] {
+			if st := s.mon.FirstSeen("phase " + string(bundle.PhaseSteady) + " " + bundle.Fingerprint(later)); !st.IsZero() {
+				end = st
+				break
+			}
 		}
 		if i+1 < len(roots) {
 			r.superseded = r.steady == 0 || s.mon.FirstSeen("root "+bundle.Fingerprint(roots[i+1])).Before(r.arrived.Add(r.steady))

@@ -84,6 +84,14 @@ func (o *outcome) markdown(path, plotPath string) string {
 	return b.String()
 }
 
+// roughly rounds d to the hour from an hour on, else to the second.
+func roughly(d time.Duration) time.Duration {
+	if d >= time.Hour {
+		return d.Round(time.Hour)
+	}
+	return d.Round(time.Second)
+}
+
 func (o *outcome) begin() time.Time { return o.start }
 
 func (o *outcome) rotationTable(w func(string, ...any)) {
@@ -99,7 +107,7 @@ func (o *outcome) rotationTable(w func(string, ...any)) {
 	}
 	w("The phase of the rotation before when each root came: %s.", strings.Join(by, ", "))
 	w("")
-	w("| root | came at | landed in | Steady after | old root expires after Steady in |")
+	w("| root | came at | landed in | Steady after | old root expires after the first Steady on this root or a later one, in |")
 	w("|---|---|---|---|---|")
 	begin := o.begin()
 	for _, r := range o.rotations {
@@ -110,7 +118,7 @@ func (o *outcome) rotationTable(w func(string, ...any)) {
 				steady += " (the next came first)"
 			}
 		}
-		w("| R%d | %s | %s | %s | %v |", r.n, minutes(r.arrived.Sub(begin)), cmp.Or(r.landedIn, "(gateway deleted)"), steady, r.oldExpiresIn.Round(time.Hour))
+		w("| R%d | %s | %s | %s | %v |", r.n, minutes(r.arrived.Sub(begin)), cmp.Or(r.landedIn, "(gateway deleted)"), steady, roughly(r.oldExpiresIn))
 	}
 	w("")
 }
