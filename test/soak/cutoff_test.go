@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"slices"
+	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -207,36 +208,48 @@ func (s *soak) cutoffOf(f mtls.Failure, roots []*x509.Certificate) (cutoff, stri
 		return cutoff{}, "its leaf chains to no root after the first"
 	}
 	fp := bundle.Fingerprint(roots[n])
-	arrived, named, loaded := s.mon.FirstSeen("root "+fp), s.mon.FirstSeen("bundle "+fp), s.gateway.RootLoaded(fp)
+	at := rootTimes{arrived: s.mon.FirstSeen("root " + fp), named: s.mon.FirstSeen("bundle " + fp), loaded: s.gateway.RootLoaded(fp)}
+	return judgeCutoff(f, n+1, at, s.issuing[f.Client], time.Now())
+}
+
+// rootTimes are the moments of one root: when the root Secret held it,
+// when a gateway Secret version first named it, when the gateway loaded
+// it (zero: never).
+type rootTimes struct{ arrived, named, loaded time.Time }
+
+// judgeCutoff tells whether f, whose leaf chains to root Rn, is part of a
+// cut-off, given the root's moments and the turns to Issuing of the
+// client's Certificate: the cut-off it starts, or why it is not one.
+func judgeCutoff(f mtls.Failure, n int, at rootTimes, issuing []issuance, now time.Time) (cutoff, string) {
 	// The issuance that signed the leaf: the last turn to Issuing before
 	// it was signed (NotBefore is the signing second, rounded down).
 	var ordered time.Time
 	var by string
-	for _, is := range s.issuing[f.Client] {
+	for _, is := range issuing {
 		if is.at.Before(f.Leaf.NotBefore.Add(time.Second)) {
 			ordered, by = is.at, is.reason
 		}
 	}
 	switch {
 	case ordered.IsZero():
-		return cutoff{}, fmt.Sprintf("no issuance of R%d seen", n+1)
-	case named.IsZero() || f.Start.Before(named):
-		return cutoff{}, fmt.Sprintf("no gateway Secret version named R%d yet", n+1)
-	case !ordered.Before(named.Add(staleView)):
-		return cutoff{}, fmt.Sprintf("its R%d leaf was ordered (%s) %v after the gateway Secret named R%d", n+1, by, ordered.Sub(named).Round(time.Millisecond), n+1)
-	case !f.Leaf.NotBefore.Before(named.Add(propagationDelay())):
-		return cutoff{}, fmt.Sprintf("its leaf was signed %v after the gateway Secret named R%d", f.Leaf.NotBefore.Sub(named).Round(time.Second), n+1)
-	case !loaded.IsZero() && !f.Start.Before(loaded):
-		return cutoff{}, fmt.Sprintf("the gateway had loaded R%d", n+1)
-	case f.Start.Sub(named) > maxCutoff():
-		return cutoff{}, fmt.Sprintf("%v after the gateway Secret named R%d, beyond %v", f.Start.Sub(named).Round(time.Millisecond), n+1, maxCutoff())
+		return cutoff{}, fmt.Sprintf("no issuance of its R%d leaf seen", n)
+	case at.named.IsZero() || f.Start.Before(at.named):
+		return cutoff{}, fmt.Sprintf("no gateway Secret version named R%d yet", n)
+	case !ordered.Before(at.named.Add(staleView)):
+		return cutoff{}, fmt.Sprintf("its R%d leaf was ordered (%s) %v after the gateway Secret named R%d", n, by, ordered.Sub(at.named).Round(time.Millisecond), n)
+	case !f.Leaf.NotBefore.Before(at.named.Add(propagationDelay())):
+		return cutoff{}, fmt.Sprintf("its leaf was signed %v after the gateway Secret named R%d", f.Leaf.NotBefore.Sub(at.named).Round(time.Second), n)
+	case !at.loaded.IsZero() && !f.Start.Before(at.loaded):
+		return cutoff{}, fmt.Sprintf("the gateway had loaded R%d", n)
+	case f.Start.Sub(at.named) > maxCutoff():
+		return cutoff{}, fmt.Sprintf("%v after the gateway Secret named R%d, beyond %v", f.Start.Sub(at.named).Round(time.Millisecond), n, maxCutoff())
 	}
-	k := cutoff{client: f.Client, root: n + 1, failures: 1, first: f.Start, by: by,
-		ordered: arrived.Sub(ordered), signed: f.Leaf.NotBefore.Sub(named.Truncate(time.Second))}
-	if loaded.IsZero() {
-		k.window = time.Since(f.Start) // never loaded: open, and too long
+	k := cutoff{client: f.Client, root: n, failures: 1, first: f.Start, by: by,
+		ordered: at.arrived.Sub(ordered), signed: f.Leaf.NotBefore.Sub(at.named.Truncate(time.Second))}
+	if at.loaded.IsZero() {
+		k.window = now.Sub(f.Start) // never loaded: open, and too long
 	} else {
-		k.window = loaded.Sub(f.Start)
+		k.window = at.loaded.Sub(f.Start)
 	}
 	return k, ""
 }
@@ -259,4 +272,51 @@ func (o *outcome) cutoffTable(w func(string, ...any)) {
 			k.window.Round(time.Millisecond), k.ordered.Round(time.Millisecond), k.by, k.signed)
 	}
 	w("")
+}
+
+func TestCutoffsAreStrictlyDefined(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// R3 came at 0 s, dualca named it at 0.05 s, the gateway loaded it at
+	// 8 s; the client's renewal was ordered at -0.5 s, signed at 1 s, and
+	// the client failed from 3 s.
+	at := rootTimes{arrived: sec(0), named: sec(0.05), loaded: sec(8)}
+	ordered := []issuance{{at: sec(-0.5), reason: "ManuallyTriggered"}}
+	failure := func(start, signed float64) mtls.Failure {
+		return mtls.Failure{Client: "agent-1", Start: sec(start), Leaf: &x509.Certificate{NotBefore: sec(signed)}}
+	}
+	tests := map[string]struct {
+		f       mtls.Failure
+		at      rootTimes
+		issuing []issuance
+		outside string // part of why it is no cut-off; "" for a cut-off
+	}{
+		"an issuance in flight when the root came, the gateway behind": {f: failure(3, 1), at: at, issuing: ordered},
+		"ordered within the renewer's stale view of the gateway version": {f: failure(3, 1), at: at,
+			issuing: []issuance{{at: sec(1), reason: "ManuallyTriggered"}}},
+		"a later issuance, after the leaf was signed, is not the leaf's": {f: failure(3, 1), at: at,
+			issuing: append(slices.Clone(ordered), issuance{at: sec(5), reason: "ManuallyTriggered"})},
+		"no issuance seen": {f: failure(3, 1), at: at, outside: "no issuance"},
+		"ordered after dualca had named the root (a renewal ordered early)": {f: failure(5, 3), at: at,
+			issuing: []issuance{{at: sec(2.1), reason: "ManuallyTriggered"}}, outside: "ordered (ManuallyTriggered) 2.05s after"},
+		"signed after the propagation delay": {f: failure(30, 21), at: rootTimes{arrived: sec(0), named: sec(0.05), loaded: sec(40)},
+			issuing: ordered, outside: "signed"},
+		"the gateway Secret did not name the root yet": {f: failure(3, 1), at: rootTimes{arrived: sec(0), named: sec(4), loaded: sec(8)},
+			issuing: ordered, outside: "no gateway Secret version named R3 yet"},
+		"the gateway had loaded the root": {f: failure(9, 1), at: at, issuing: ordered, outside: "the gateway had loaded R3"},
+		"longer than the longest lag and the margin": {f: failure(16, 1), at: rootTimes{arrived: sec(0), named: sec(0.05)},
+			issuing: ordered, outside: "beyond 15s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			k, why := judgeCutoff(tc.f, 3, tc.at, tc.issuing, sec(60))
+			if tc.outside != "" {
+				g.Expect(why).To(ContainSubstring(tc.outside))
+				return
+			}
+			g.Expect(why).To(BeEmpty())
+			g.Expect([]any{k.client, k.root, k.first, k.window}).To(Equal([]any{"agent-1", 3, tc.f.Start, tc.at.loaded.Sub(tc.f.Start)}))
+		})
+	}
 }
