@@ -41,7 +41,8 @@ import (
 //     has written it, so a worker may still act on the previous root's
 //     list that long). It was in flight when R came: no renewal dualca
 //     ordered under R, which waits the propagation delay from that
-//     version on, so a dualca that ordered them early fails here;
+//     version on (a dualca that ordered them sooner than that, but in the
+//     first staleView, fails here);
 //   - the leaf was signed less than the propagation delay after a gateway
 //     Secret version first named R;
 //   - the attempt began after that version (the gateway Secret had R) and
