@@ -82,8 +82,8 @@ func (s *soak) check() {
 	o := s.outcome()
 	s.t.Logf("healthy clients: %d handshakes attempted, %d failed; the broken client failed %d of %d; gateway accepted %d rejected %d",
 		o.attempts, o.failures, o.brokenStats.Failures, o.brokenStats.Attempts, o.gateway.Accepted, o.gateway.Rejected)
-	s.t.Logf("cut-offs (healthy clients issued in flight when their root came, cut off until the lagging gateway loaded it): %d, %d failed attempts, the longest %v (bound %v); failed attempts outside the definition: %d",
-		len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.outsideCount)
+	s.t.Logf("cut-offs (healthy clients issued in flight when their root came, cut off until the lagging gateway loaded it): %d, %d failed attempts, the longest %v after its root was bundled (bound %v), %v before (bound %v); failed attempts outside the definition: %d",
+		len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.longestUnbundled().Round(time.Millisecond), maxRace, o.cutoffs.outsideCount)
 	for _, k := range o.cutoffs.all {
 		s.t.Logf("cut-off: %s on R%d from %s, %d failed attempts, lasted %v; issuance ordered (%s) %v before the root Secret held R%d, leaf signed %v after the gateway Secret named it",
 			k.client, k.root, minutes(k.first.Sub(s.begin)), k.failures, k.window.Round(time.Millisecond), k.by, k.ordered.Round(time.Millisecond), k.root, k.signed)
@@ -104,7 +104,8 @@ func (s *soak) check() {
 	g.Expect(o.attempts).To(BeNumerically(">", 0), "the healthy clients handshook")
 	g.Expect(o.cutoffs.outsideCount).To(BeZero(), "no healthy client failed a handshake but in a cut-off: %v; %v", o.cutoffs.outside, o.healthyErrors)
 	g.Expect(o.failures).To(Equal(o.cutoffs.failures), "every failed handshake of a healthy client was classified")
-	g.Expect(o.cutoffs.longest()).To(BeNumerically("<=", maxCutoff()), "every cut-off ended within the longest reload lag and a margin")
+	g.Expect(o.cutoffs.longest()).To(BeNumerically("<=", maxCutoff()), "every cut-off ended within the longest reload lag and a margin after its root was bundled")
+	g.Expect(o.cutoffs.longestUnbundled()).To(BeNumerically("<=", maxRace), "no cut-off waited longer than a race for its root to be bundled")
 	g.Expect(o.gateway.Rejected).To(BeNumerically("<=", o.brokenStats.Failures+o.cutoffs.failures), "the gateway rejected only the broken client's handshakes and those of the cut-offs: %v", o.gateway.Errors)
 	g.Expect(o.checked.Violations).To(BeEmpty(), "every gateway version parsed, matched its key and served every client")
 	g.Expect(o.checked.LongestRace()).To(BeNumerically("<=", maxRace), "every race was resolved within %v: %v", maxRace, o.checked.Races)

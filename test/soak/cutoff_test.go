@@ -45,13 +45,22 @@ import (
 //     first staleView, fails here);
 //   - the leaf was signed less than the propagation delay after a gateway
 //     Secret version first named R;
-//   - the attempt began after that version (the gateway Secret had R) and
-//     before the gateway loaded a ca.crt with R, no later than the longest
-//     reload lag plus cutoffMargin after that version.
+//   - the attempt began before the gateway loaded a ca.crt with R, no
+//     later than the longest reload lag plus cutoffMargin after that
+//     version.
+//
+// One case is told apart: when no gateway Secret version named R yet at
+// the attempt (the leader was killed as R came, and the standby takes over
+// only when its lease runs out), the issuance must have been ordered
+// before the root Secret held R (within staleView), and the attempt come
+// no later than maxRace after it, the bound the monitor puts on a root
+// waiting to be bundled; the version naming R is then counted from the
+// attempt.
 //
 // The attempts of one client under one root make one cut-off, which lasts
-// from its first failed attempt to the gateway's loading R; the longest is
-// asserted under the same bound.
+// from its first failed attempt to the gateway's loading R. Its part after
+// a version named R is asserted under the same bound, and its part before
+// under maxRace.
 
 // cutoffMargin is what a cut-off may last beyond the longest reload lag:
 // a watch event's delivery and a handshake on two busy cores.
@@ -76,6 +85,9 @@ type cutoff struct {
 	failures int
 	first    time.Time     // the first failed attempt's start
 	window   time.Duration // from first to the gateway's loading the root
+	// unbundled is the part of window before a gateway Secret version
+	// named the root (0 when one had): a leader handover.
+	unbundled time.Duration
 	// ordered is how long before the root Secret held the root the
 	// issuance was ordered (negative: after), signed how long after the
 	// gateway Secret named it the leaf was signed (whole seconds).
@@ -96,10 +108,22 @@ type cutoffs struct {
 	lost int
 }
 
+// longest is the longest cut-off after the gateway Secret named its root:
+// the gateway's reload lag.
 func (c cutoffs) longest() time.Duration {
 	var l time.Duration
 	for _, k := range c.all {
-		l = max(l, k.window)
+		l = max(l, k.window-k.unbundled)
+	}
+	return l
+}
+
+// longestUnbundled is the longest a cut-off lasted before a gateway
+// Secret version named its root.
+func (c cutoffs) longestUnbundled() time.Duration {
+	var l time.Duration
+	for _, k := range c.all {
+		l = max(l, k.unbundled)
 	}
 	return l
 }
@@ -231,22 +255,40 @@ func judgeCutoff(f mtls.Failure, n int, at rootTimes, issuing []issuance, now ti
 			ordered, by = is.at, is.reason
 		}
 	}
-	switch {
-	case ordered.IsZero():
+	if ordered.IsZero() {
 		return cutoff{}, fmt.Sprintf("no issuance of its R%d leaf seen", n)
-	case at.named.IsZero() || f.Start.Before(at.named):
-		return cutoff{}, fmt.Sprintf("no gateway Secret version named R%d yet", n)
-	case !ordered.Before(at.named.Add(staleView)):
+	}
+	named, unbundled := at.named, time.Duration(0)
+	if named.IsZero() || f.Start.Before(named) {
+		// No gateway Secret named R yet: the leader was killed as R came,
+		// and its lease had to run out before the standby bundled R. The
+		// issuance must then have been in flight when R came, and the
+		// wait is the monitor's race, bounded by maxRace.
+		switch {
+		case !ordered.Before(at.arrived.Add(staleView)):
+			return cutoff{}, fmt.Sprintf("no gateway Secret version named R%d yet, and its leaf was ordered (%s) %v after the root Secret held R%d", n, by, ordered.Sub(at.arrived).Round(time.Millisecond), n)
+		case f.Start.Sub(at.arrived) > maxRace:
+			return cutoff{}, fmt.Sprintf("no gateway Secret version named R%d %v after the root Secret held it, beyond %v", n, f.Start.Sub(at.arrived).Round(time.Millisecond), maxRace)
+		}
+		if named.IsZero() {
+			unbundled = now.Sub(f.Start)
+		} else {
+			unbundled = named.Sub(f.Start)
+		}
+		named = f.Start
+	}
+	switch {
+	case !ordered.Before(named.Add(staleView)):
 		return cutoff{}, fmt.Sprintf("its R%d leaf was ordered (%s) %v after the gateway Secret named R%d", n, by, ordered.Sub(at.named).Round(time.Millisecond), n)
-	case !f.Leaf.NotBefore.Before(at.named.Add(propagationDelay())):
-		return cutoff{}, fmt.Sprintf("its leaf was signed %v after the gateway Secret named R%d", f.Leaf.NotBefore.Sub(at.named).Round(time.Second), n)
+	case !f.Leaf.NotBefore.Before(named.Add(propagationDelay())):
+		return cutoff{}, fmt.Sprintf("its leaf was signed %v after the gateway Secret named R%d", f.Leaf.NotBefore.Sub(named).Round(time.Second), n)
 	case !at.loaded.IsZero() && !f.Start.Before(at.loaded):
 		return cutoff{}, fmt.Sprintf("the gateway had loaded R%d", n)
-	case f.Start.Sub(at.named) > maxCutoff():
-		return cutoff{}, fmt.Sprintf("%v after the gateway Secret named R%d, beyond %v", f.Start.Sub(at.named).Round(time.Millisecond), n, maxCutoff())
+	case f.Start.Sub(named) > maxCutoff():
+		return cutoff{}, fmt.Sprintf("%v after the gateway Secret named R%d, beyond %v", f.Start.Sub(named).Round(time.Millisecond), n, maxCutoff())
 	}
-	k := cutoff{client: f.Client, root: n, failures: 1, first: f.Start, by: by,
-		ordered: at.arrived.Sub(ordered), signed: f.Leaf.NotBefore.Sub(at.named.Truncate(time.Second))}
+	k := cutoff{client: f.Client, root: n, failures: 1, first: f.Start, by: by, unbundled: unbundled,
+		ordered: at.arrived.Sub(ordered), signed: f.Leaf.NotBefore.Sub(named.Truncate(time.Second))}
 	if at.loaded.IsZero() {
 		k.window = now.Sub(f.Start) // never loaded: open, and too long
 	} else {
@@ -302,8 +344,12 @@ func TestCutoffsAreStrictlyDefined(t *testing.T) {
 			issuing: []issuance{{at: sec(2.1), reason: "ManuallyTriggered"}}, outside: "ordered (ManuallyTriggered) 2.05s after"},
 		"signed after the propagation delay": {f: failure(30, 21), at: rootTimes{arrived: sec(0), named: sec(0.05), loaded: sec(40)},
 			issuing: ordered, outside: "signed"},
-		"the gateway Secret did not name the root yet": {f: failure(3, 1), at: rootTimes{arrived: sec(0), named: sec(4), loaded: sec(8)},
-			issuing: ordered, outside: "no gateway Secret version named R3 yet"},
+		"in flight when the root came, no leader to bundle it yet": {f: failure(3, 1), at: rootTimes{arrived: sec(0), named: sec(16), loaded: sec(20)},
+			issuing: ordered},
+		"no leader to bundle the root, and ordered after the root came": {f: failure(3, 2), at: rootTimes{arrived: sec(0), named: sec(16), loaded: sec(20)},
+			issuing: []issuance{{at: sec(2.5), reason: "ManuallyTriggered"}}, outside: "no gateway Secret version named R3 yet, and its leaf was ordered"},
+		"the root unbundled for longer than a race may last": {f: failure(31, 1), at: rootTimes{arrived: sec(0), named: sec(40), loaded: sec(45)},
+			issuing: ordered, outside: "beyond 30s"},
 		"the gateway had loaded the root": {f: failure(9, 1), at: at, issuing: ordered, outside: "the gateway had loaded R3"},
 		"longer than the longest lag and the margin": {f: failure(16, 1), at: rootTimes{arrived: sec(0), named: sec(0.05)},
 			issuing: ordered, outside: "beyond 15s"},
@@ -317,7 +363,8 @@ func TestCutoffsAreStrictlyDefined(t *testing.T) {
 				return
 			}
 			g.Expect(why).To(BeEmpty())
-			g.Expect([]any{k.client, k.root, k.first, k.window}).To(Equal([]any{"agent-1", 3, tc.f.Start, tc.at.loaded.Sub(tc.f.Start)}))
+			g.Expect([]any{k.client, k.root, k.first, k.window, k.unbundled}).To(Equal([]any{"agent-1", 3, tc.f.Start,
+				tc.at.loaded.Sub(tc.f.Start), max(0, tc.at.named.Sub(tc.f.Start))}))
 		})
 	}
 }

@@ -59,7 +59,7 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("|---|---|")
 	w("| run | %v (rotations and faults for %v, then draining until converged) |", o.elapsed.Round(time.Second), *duration)
 	w("| handshakes of the %d healthy clients | **%d attempted, %d failed** |", len(o.fleet.Clients)-1, o.attempts, o.failures)
-	w("| cut-offs (a client issued in flight when its root came, cut off until the lagging gateway loaded it) | %d: %d failed handshakes, the longest %v (bound %v); **%d failed handshakes outside them** |", len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.outsideCount)
+	w("| cut-offs (a client issued in flight when its root came, cut off until the lagging gateway loaded it) | %d: %d failed handshakes, the longest %v after the gateway Secret named the root (bound %v), %v before it (a leader handover; bound %v); **%d failed handshakes outside them** |", len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.longestUnbundled().Round(time.Millisecond), maxRace, o.cutoffs.outsideCount)
 	w("| the broken client's handshakes (counted apart) | %d attempted, %d failed |", o.brokenStats.Attempts, o.brokenStats.Failures)
 	w("| gateway | accepted %d, rejected %d |", o.gateway.Accepted, o.gateway.Rejected)
 	w("| gateway Secret versions checked by the monitor | %d, **%d violations** |", o.checked.Versions, o.checked.ViolationCount)
