@@ -201,9 +201,10 @@ func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
 // still filling its caches, starting workers and growing its heap to the
 // garbage collector's steady size: growth that settles, not a leak. The
 // 12-minute run with 100 clients showed a new leader's memory growing for
-// about four minutes, then flat. A twelfth of the run, one to three
-// minutes: short runs keep samples to judge.
-func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 3*time.Minute) }
+// about four minutes, then flat. A twelfth of the run, one to five
+// minutes (five for an hour, beyond those four): short runs keep samples
+// to judge.
+func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 5*time.Minute) }
 
 // leaks fits dualca's resources over the last three quarters of the run.
 // Each process counts from the end of its warm-up and, if it took the
