@@ -16,7 +16,7 @@ func (p *planning) trustedRoots() []*x509.Certificate {
 	case p.adopting:
 		return adoptedRoots(p.gw, p.root, p.clients, p.now)
 	case Hash(p.gw.CAPEM) == p.gw.State.BundleHash:
-		return casIn(p.gw.CAPEM)
+		return p.gw.Parsed.casIn(p.gw.CAPEM)
 	}
 	p.edited = true
 	p.emit(Event{Warning: true, Reason: ReasonGatewayRepaired,
