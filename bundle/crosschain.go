@@ -40,7 +40,7 @@ import (
 // only on the certificates, never on when they were made, so the same
 // credential is written again byte for byte.
 func (p *planning) crossChain(server *x509.Certificate, found, kept []*x509.Certificate) []*x509.Certificate {
-	if Fingerprint(server) == p.root.Fingerprint {
+	if p.clients.Signatures.fingerprint(server) == p.root.Fingerprint {
 		return nil
 	}
 	x := newCrossing(p, found, kept)
@@ -78,7 +78,7 @@ type crossing struct {
 func newCrossing(p *planning, found, kept []*x509.Certificate) *crossing {
 	x := &crossing{p: p, kept: kept, fp: map[*x509.Certificate]string{}, age: map[string]int{}, links: map[string][]link{}}
 	for i, k := range kept {
-		x.fp[k] = Fingerprint(k)
+		x.fp[k] = p.clients.Signatures.fingerprint(k)
 		x.age[x.fp[k]] = i
 	}
 	for _, c := range found {
@@ -119,7 +119,7 @@ func (x *crossing) fingerprint(c *x509.Certificate) string {
 	if fp, ok := x.fp[c]; ok {
 		return fp
 	}
-	return Fingerprint(c)
+	return x.p.clients.Signatures.fingerprint(c)
 }
 
 // path is the longest path of links from server to the current root among

@@ -23,7 +23,8 @@ import (
 // safe for concurrent use; a nil *Parsed parses every time.
 type Parsed struct {
 	mu      sync.Mutex
-	entries map[string]*parsedPEM // by kind and PEM bytes
+	entries map[string]map[string]*parsedPEM // by kind, then PEM bytes
+	size    int
 }
 
 // maxParsed bounds a Parsed: the gateway's three fields as they are now and
@@ -43,7 +44,7 @@ type parsedPEM struct {
 
 // NewParsed returns an empty Parsed.
 func NewParsed() *Parsed {
-	return &Parsed{entries: map[string]*parsedPEM{}}
+	return &Parsed{entries: map[string]map[string]*parsedPEM{}}
 }
 
 // Parse kinds: what a field was parsed as (the same bytes parse differently
@@ -57,9 +58,8 @@ const (
 // lookup returns the entry for data parsed as kind, parsing it with parse
 // when it is not remembered.
 func (m *Parsed) lookup(kind string, data []byte, parse func(*parsedPEM)) *parsedPEM {
-	id := kind + string(data)
 	m.mu.Lock()
-	e, ok := m.entries[id]
+	e, ok := m.entries[kind][string(data)] // no copy of data for a lookup
 	m.mu.Unlock()
 	if ok {
 		return e
@@ -68,10 +68,14 @@ func (m *Parsed) lookup(kind string, data []byte, parse func(*parsedPEM)) *parse
 	parse(e)
 	e.canonical = e.certs != nil && bytes.Equal(Encode(e.certs), data)
 	m.mu.Lock()
-	if m.entries == nil || len(m.entries) >= maxParsed {
-		m.entries = map[string]*parsedPEM{}
+	if m.entries == nil || m.size >= maxParsed {
+		m.entries, m.size = map[string]map[string]*parsedPEM{}, 0
 	}
-	m.entries[id] = e
+	if m.entries[kind] == nil {
+		m.entries[kind] = map[string]*parsedPEM{}
+	}
+	m.entries[kind][string(e.data)] = e
+	m.size++
 	m.mu.Unlock()
 	return e
 }
@@ -110,9 +114,11 @@ func (m *Parsed) encode(certs []*x509.Certificate) []byte {
 	if m != nil {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		for _, e := range m.entries {
-			if e.canonical && slices.Equal(e.certs, certs) {
-				return bytes.Clone(e.data) // the decision's own, as Encode's would be
+		for _, byData := range m.entries {
+			for _, e := range byData {
+				if e.canonical && slices.Equal(e.certs, certs) {
+					return bytes.Clone(e.data) // the decision's own, as Encode's would be
+				}
 			}
 		}
 	}

@@ -105,10 +105,11 @@ func (p *planning) emit(e Event) { p.events = append(p.events, e) }
 
 // decision is the gateway Secret the rules arrived at, its state recorded.
 func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server, kept []*x509.Certificate, caPEM []byte) Decision {
-	st.Server = Fingerprint(serverRoot)
+	sigs := p.clients.Signatures
+	st.Server = sigs.fingerprint(serverRoot)
 	st.BundleHash = Hash(caPEM)
 	for _, c := range kept {
-		st.BundleRoots = append(st.BundleRoots, Fingerprint(c))
+		st.BundleRoots = append(st.BundleRoots, sigs.fingerprint(c))
 	}
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
 	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,

@@ -110,7 +110,7 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 	// the same key, a cross-certificate) all verify the leaf: the one dualca
 	// recorded is the one it issued the leaf from.
 	for _, r := range roots {
-		if sigs.ChainsTo(s.leaf, r) && (s.root == nil || Fingerprint(r) == gw.State.Server) {
+		if sigs.ChainsTo(s.leaf, r) && (s.root == nil || sigs.fingerprint(r) == gw.State.Server) {
 			s.root = r
 		}
 	}
