@@ -67,17 +67,54 @@ func (m *Parsed) lookup(kind string, data []byte, parse func(*parsedPEM)) *parse
 	e = &parsedPEM{data: bytes.Clone(data)}
 	parse(e)
 	e.canonical = e.certs != nil && bytes.Equal(Encode(e.certs), data)
+	m.store(kind, e)
+	return e
+}
+
+func (m *Parsed) store(kind string, e *parsedPEM) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.storeLocked(kind, e)
+}
+
+// remember stores what data parses to as kind, unless it is known.
+func (m *Parsed) remember(kind string, data []byte, certs []*x509.Certificate) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.entries[kind][string(data)]; !ok {
+		m.storeLocked(kind, &parsedPEM{data: bytes.Clone(data), certs: slices.Clone(certs), canonical: true})
+	}
+}
+
+func (m *Parsed) storeLocked(kind string, e *parsedPEM) {
 	if m.entries == nil || m.size >= maxParsed {
 		m.entries, m.size = map[string]map[string]*parsedPEM{}, 0
 	}
 	if m.entries[kind] == nil {
 		m.entries[kind] = map[string]*parsedPEM{}
 	}
+	if _, ok := m.entries[kind][string(e.data)]; !ok {
+		m.size++
+	}
 	m.entries[kind][string(e.data)] = e
-	m.size++
-	m.mu.Unlock()
-	return e
+}
+
+// written remembers what a decision wrote, as the next reconcile will read
+// it back: ca.crt encodes the roots kept, tls.crt the chain. A rotation
+// writes a new tls.crt (its cross-chain moves) and ca.crt, whose parse
+// would otherwise be the next reconcile's largest cost. Only what parses
+// back to the same certificates is remembered: ca.crt when all of them are
+// CAs (casIn keeps nothing else).
+func (m *Parsed) written(caPEM []byte, roots []*x509.Certificate, certPEM []byte, chain []*x509.Certificate) {
+	if m == nil {
+		return
+	}
+	if len(roots) > 0 && !slices.ContainsFunc(roots, func(c *x509.Certificate) bool { return !isCA(c) }) {
+		m.remember(parsedCAs, caPEM, roots)
+	}
+	if len(chain) > 0 {
+		m.remember(parsedChain+"tls.crt\x00", certPEM, chain)
+	}
 }
 
 // casIn is the package's casIn, remembered.

@@ -48,6 +48,18 @@ func TestParsedDecidesTheSame(t *testing.T) {
 			rotated := bundle.Plan(memo, validRoot(t, next, testNow), cl, pileUpTimings, testNow)
 			g.Expect(rotated.State.Root).To(Equal(bundle.Fingerprint(next.Cert)))
 			g.Expect(rotated.CAPEM).NotTo(Equal(want.CAPEM), "a new root changes the bundle")
+			// The next reconcile reads back what the rotation wrote, which
+			// the memo took from the decision instead of parsing it.
+			after, plain := written(rotated), written(rotated)
+			after.Parsed = memo.Parsed
+			nextRoot := validRoot(t, next, testNow)
+			for _, at := range []time.Time{testNow, testNow.Add(2 * time.Minute)} {
+				got, want := bundle.Plan(after, nextRoot, cl, pileUpTimings, at), bundle.Plan(plain, nextRoot, cl, pileUpTimings, at)
+				g.Expect(got.CAPEM).To(Equal(want.CAPEM))
+				g.Expect(got.CertPEM).To(Equal(want.CertPEM))
+				g.Expect(got.State).To(Equal(want.State))
+				g.Expect(got.Events).To(Equal(want.Events))
+			}
 		})
 	}
 }

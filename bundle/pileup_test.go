@@ -172,5 +172,15 @@ func BenchmarkPlanRootsPiledUp(b *testing.B) {
 				bundle.Plan(gw, lastRoot, cl, pileUpTimings, testNow)
 			}
 		})
+		// A rotation as the syncer lives it: the decision, then the
+		// reconcile that its own write triggers, reading it back.
+		b.Run(fmt.Sprintf("new-root-read-back/roots=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				d := bundle.Plan(gw, nextRoot, cl, pileUpTimings, testNow)
+				back := written(d)
+				back.Parsed = gw.Parsed
+				bundle.Plan(back, nextRoot, cl, pileUpTimings, testNow)
+			}
+		})
 	}
 }

@@ -114,6 +114,7 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
 	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
 		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now), Roots: kept, Leaf: cred.leaf}
+	p.gw.Parsed.written(d.CAPEM, kept, d.CertPEM, cred.chain())
 	if p.clients.Tracked {
 		progress := p.progress
 		d.State.Clients = &progress

@@ -127,7 +127,12 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 
 // certPEM is tls.crt: the leaf, then the cross-certificates.
 func (s *server) certPEM(parsed *Parsed) []byte {
-	return parsed.encode(append([]*x509.Certificate{s.leaf}, s.crosses...))
+	return parsed.encode(s.chain())
+}
+
+// chain is the certificates of tls.crt.
+func (s *server) chain() []*x509.Certificate {
+	return append([]*x509.Certificate{s.leaf}, s.crosses...)
 }
 
 // links is the number of cross-certificates of a credential found, 0 if
