@@ -76,7 +76,8 @@ type crossing struct {
 }
 
 func newCrossing(p *planning, found, kept []*x509.Certificate) *crossing {
-	x := &crossing{p: p, kept: kept, fp: map[*x509.Certificate]string{}, age: map[string]int{}, links: map[string][]link{}}
+	x := &crossing{p: p, kept: kept, fp: make(map[*x509.Certificate]string, len(kept)), age: make(map[string]int, len(kept)),
+		links: make(map[string][]link, len(kept))}
 	for i, k := range kept {
 		x.fp[k] = p.clients.Signatures.fingerprint(k)
 		x.age[x.fp[k]] = i

@@ -40,6 +40,8 @@ type parsedPEM struct {
 	err   error
 	// canonical: Encode(certs) is data, so data can be written again as is.
 	canonical bool
+	// hash is Hash(data), once asked for (guarded by Parsed.mu).
+	hash string
 }
 
 // NewParsed returns an empty Parsed.
@@ -115,6 +117,24 @@ func (m *Parsed) written(caPEM []byte, roots []*x509.Certificate, certPEM []byte
 	if len(chain) > 0 {
 		m.remember(parsedChain+"tls.crt\x00", certPEM, chain)
 	}
+}
+
+// hash is Hash, remembered for a ca.crt that is: the bundle's hash is
+// checked and recorded at every decision.
+func (m *Parsed) hash(data []byte) string {
+	if m == nil {
+		return Hash(data)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[parsedCAs][string(data)]
+	if !ok {
+		return Hash(data)
+	}
+	if e.hash == "" {
+		e.hash = Hash(data)
+	}
+	return e.hash
 }
 
 // casIn is the package's casIn, remembered.

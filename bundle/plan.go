@@ -107,7 +107,7 @@ func (p *planning) emit(e Event) { p.events = append(p.events, e) }
 func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server, kept []*x509.Certificate, caPEM []byte) Decision {
 	sigs := p.clients.Signatures
 	st.Server = sigs.fingerprint(serverRoot)
-	st.BundleHash = Hash(caPEM)
+	st.BundleHash = p.gw.Parsed.hash(caPEM)
 	for _, c := range kept {
 		st.BundleRoots = append(st.BundleRoots, sigs.fingerprint(c))
 	}

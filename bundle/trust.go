@@ -15,7 +15,7 @@ func (p *planning) trustedRoots() []*x509.Certificate {
 	switch {
 	case p.adopting:
 		return adoptedRoots(p.gw, p.root, p.clients, p.now)
-	case Hash(p.gw.CAPEM) == p.gw.State.BundleHash:
+	case p.gw.Parsed.hash(p.gw.CAPEM) == p.gw.State.BundleHash:
 		return p.gw.Parsed.casIn(p.gw.CAPEM)
 	}
 	p.edited = true
