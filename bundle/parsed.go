@@ -106,7 +106,8 @@ func (m *Parsed) storeLocked(kind string, e *parsedPEM) {
 // writes a new tls.crt (its cross-chain moves) and ca.crt, whose parse
 // would otherwise be the next reconcile's largest cost. Only what parses
 // back to the same certificates is remembered: ca.crt when all of them are
-// CAs (casIn keeps nothing else).
+// CAs (casIn keeps nothing else), tls.crt within the size ParseCertificates
+// accepts.
 func (m *Parsed) written(caPEM []byte, roots []*x509.Certificate, certPEM []byte, chain []*x509.Certificate) {
 	if m == nil {
 		return
@@ -114,7 +115,7 @@ func (m *Parsed) written(caPEM []byte, roots []*x509.Certificate, certPEM []byte
 	if len(roots) > 0 && !slices.ContainsFunc(roots, func(c *x509.Certificate) bool { return !isCA(c) }) {
 		m.remember(parsedCAs, caPEM, roots)
 	}
-	if len(chain) > 0 {
+	if len(chain) > 0 && len(certPEM) <= MaxPEMBytes {
 		m.remember(parsedChain+"tls.crt\x00", certPEM, chain)
 	}
 }
