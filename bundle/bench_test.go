@@ -56,6 +56,7 @@ func newBenchWorld(b *testing.B, n int) *benchWorld {
 	steady := bundle.Plan(bundle.Gateway{}, root1, w.clients, w.timings, testNow)
 	w.gateway = written(steady)
 	w.gateway = written(bundle.Plan(w.gateway, w.root2, w.clients, w.timings, testNow))
+	w.gateway.Parsed = bundle.NewParsed() // the syncer's gateway store keeps one too
 	if w.gateway.State.Phase != bundle.PhaseBundle {
 		b.Fatalf("the world should be in the Bundle phase, is in %q", w.gateway.State.Phase)
 	}

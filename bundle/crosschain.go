@@ -40,7 +40,7 @@ import (
 // only on the certificates, never on when they were made, so the same
 // credential is written again byte for byte.
 func (p *planning) crossChain(server *x509.Certificate, found, kept []*x509.Certificate) []*x509.Certificate {
-	if Fingerprint(server) == p.root.Fingerprint {
+	if p.clients.Signatures.fingerprint(server) == p.root.Fingerprint {
 		return nil
 	}
 	x := newCrossing(p, found, kept)
@@ -76,9 +76,10 @@ type crossing struct {
 }
 
 func newCrossing(p *planning, found, kept []*x509.Certificate) *crossing {
-	x := &crossing{p: p, kept: kept, fp: map[*x509.Certificate]string{}, age: map[string]int{}, links: map[string][]link{}}
+	x := &crossing{p: p, kept: kept, fp: make(map[*x509.Certificate]string, len(kept)), age: make(map[string]int, len(kept)),
+		links: make(map[string][]link, len(kept))}
 	for i, k := range kept {
-		x.fp[k] = Fingerprint(k)
+		x.fp[k] = p.clients.Signatures.fingerprint(k)
 		x.age[x.fp[k]] = i
 	}
 	for _, c := range found {
@@ -119,7 +120,7 @@ func (x *crossing) fingerprint(c *x509.Certificate) string {
 	if fp, ok := x.fp[c]; ok {
 		return fp
 	}
-	return Fingerprint(c)
+	return x.p.clients.Signatures.fingerprint(c)
 }
 
 // path is the longest path of links from server to the current root among

@@ -11,32 +11,33 @@ import (
 // client's leaf expiring. Certificates are valid through NotAfter (whole
 // seconds), hence the second added to the expiry moments.
 func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time) time.Time {
-	moments := []time.Time{
-		st.RootAddedAt.Add(t.TrustPropagationDelay),
-		server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second),
+	var next time.Time
+	// Each moment is weighed as it comes: one per client leaf, so a list
+	// of them would be the decision's largest allocation.
+	consider := func(m time.Time) {
+		if m.After(now) && (next.IsZero() || m.Before(next)) {
+			next = m
+		}
 	}
+	consider(st.RootAddedAt.Add(t.TrustPropagationDelay))
+	consider(server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second))
 	if st.Server != st.Root {
-		moments = append(moments, st.RootAddedAt.Add(t.ServerSwitchGrace))
+		consider(st.RootAddedAt.Add(t.ServerSwitchGrace))
 	}
 	if !st.ClientsReadyAt.IsZero() {
-		moments = append(moments, st.ClientsReadyAt.Add(t.TrustPropagationDelay))
+		consider(st.ClientsReadyAt.Add(t.TrustPropagationDelay))
 	}
 	if clients.Tracked {
-		moments = append(moments, st.SwitchedAt.Add(t.TrustPropagationDelay))
+		consider(st.SwitchedAt.Add(t.TrustPropagationDelay))
 		for _, c := range clients.Items {
 			if c.Leaf != nil {
-				moments = append(moments, c.Leaf.NotAfter.Add(time.Second))
+				consider(c.Leaf.NotAfter.Add(time.Second))
 			}
 		}
 	}
 	for _, c := range kept {
-		moments = append(moments, c.NotBefore, c.NotAfter.Add(time.Second))
-	}
-	var next time.Time
-	for _, m := range moments {
-		if m.After(now) && (next.IsZero() || m.Before(next)) {
-			next = m
-		}
+		consider(c.NotBefore)
+		consider(c.NotAfter.Add(time.Second))
 	}
 	return next
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -84,18 +85,49 @@ func ParseCertificates(field string, data []byte) ([]*x509.Certificate, error) {
 // Encode returns the PEM encoding of certs in the given order ("CERTIFICATE"
 // blocks, no headers), which ParseCertificates accepts. Nil entries are
 // skipped rather than panicking.
+//
+// The bytes are pem.Encode's, written into one buffer sized up front: a
+// bundle of many roots is encoded at every rotation, and pem.Encode's
+// encoder and line breaker per block made that most of what the decision
+// allocated.
 func Encode(certs []*x509.Certificate) []byte {
-	var b bytes.Buffer
+	size := 0
+	for _, c := range certs {
+		if c != nil {
+			n := base64.StdEncoding.EncodedLen(len(c.Raw))
+			size += len(pemCertBegin) + n + (n+pemLineLength-1)/pemLineLength + len(pemCertEnd)
+		}
+	}
+	if size == 0 {
+		return nil
+	}
+	out := make([]byte, 0, size)
+	line := make([]byte, base64.StdEncoding.EncodedLen(pemLineLength/4*3))
 	for _, c := range certs {
 		if c == nil {
 			continue
 		}
-		// Writing to a bytes.Buffer cannot fail and the block has no
-		// headers, so pem.Encode has no error to report.
-		_ = pem.Encode(&b, &pem.Block{Type: blockCertificate, Bytes: c.Raw})
+		out = append(out, pemCertBegin...)
+		for raw := c.Raw; len(raw) > 0; {
+			chunk := raw[:min(len(raw), pemLineLength/4*3)]
+			raw = raw[len(chunk):]
+			n := base64.StdEncoding.EncodedLen(len(chunk))
+			base64.StdEncoding.Encode(line[:n], chunk)
+			out = append(append(out, line[:n]...), '\n')
+		}
+		out = append(out, pemCertEnd...)
 	}
-	return b.Bytes()
+	return out
 }
+
+// pemLineLength is the length of a base64 line in PEM, as encoding/pem
+// writes it.
+const pemLineLength = 64
+
+var (
+	pemCertBegin = "-----BEGIN " + blockCertificate + "-----\n"
+	pemCertEnd   = "-----END " + blockCertificate + "-----\n"
+)
 
 // Hash is a short content hash of PEM bytes: "sha256:" followed by the first
 // 16 hex characters of the SHA-256 digest. It is stored in an annotation to

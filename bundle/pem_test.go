@@ -265,3 +265,23 @@ func TestHash(t *testing.T) {
 		})
 	}
 }
+
+// Encode writes what encoding/pem writes, whatever the length of the DER
+// (a last line full or partial, padded or not): the gateway reloads on any
+// byte that changes.
+func TestEncodeIsEncodingPEMs(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	var all []*x509.Certificate
+	var want []byte
+	lengths := map[int]bool{}
+	for n := range 60 {
+		c := newCert(t, strings.Repeat("x", n+1), certs.Options{IsCA: true, KeyType: certs.KeyEd25519}, nil)
+		lengths[len(c.Cert.Raw)%48] = true
+		all = append(all, c.Cert)
+		want = append(want, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw})...)
+		g.Expect(bundle.Encode([]*x509.Certificate{c.Cert})).To(Equal(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw})))
+	}
+	g.Expect(bundle.Encode(all)).To(Equal(want))
+	g.Expect(lengths).To(HaveKey(0), "a DER length that fills its last line exactly is covered")
+}

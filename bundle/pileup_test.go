@@ -156,6 +156,7 @@ func TestPlanServerChainKeepsDirectLinksWhereThePathFails(t *testing.T) {
 func BenchmarkPlanRootsPiledUp(b *testing.B) {
 	for _, n := range []int{1, 2, 3, 10, 30, 60} {
 		gw, cas, cl, _ := pileUp(b, n, 100, 1000*time.Hour)
+		gw.Parsed = bundle.NewParsed() // the syncer keeps one for as long as it runs
 		next := certs.MustNew(b, "agents-root-ca", testNow, testNow.Add(1000*time.Hour), certs.Options{IsCA: true}, nil)
 		nextRoot, lastRoot := validRoot(b, next, testNow), validRoot(b, cas[n-1], testNow)
 		b.Run(fmt.Sprintf("new-root/roots=%d", n), func(b *testing.B) {
@@ -169,6 +170,16 @@ func BenchmarkPlanRootsPiledUp(b *testing.B) {
 		b.Run(fmt.Sprintf("at-rest/roots=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				bundle.Plan(gw, lastRoot, cl, pileUpTimings, testNow)
+			}
+		})
+		// A rotation as the syncer lives it: the decision, then the
+		// reconcile that its own write triggers, reading it back.
+		b.Run(fmt.Sprintf("new-root-read-back/roots=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				d := bundle.Plan(gw, nextRoot, cl, pileUpTimings, testNow)
+				back := written(d)
+				back.Parsed = gw.Parsed
+				bundle.Plan(back, nextRoot, cl, pileUpTimings, testNow)
 			}
 		})
 	}

@@ -12,6 +12,9 @@ type Gateway struct {
 	CertPEM, KeyPEM, CAPEM []byte
 	// State is what its annotations say.
 	State State
+	// Parsed remembers what earlier decisions parsed of the gateway; nil,
+	// the decision parses the fields afresh (see Parsed).
+	Parsed *Parsed
 }
 
 // Timings are the rotation delays of the zero-downtime strategy.
@@ -63,7 +66,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	}
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
 	cred := p.credential(found, serverRoot, kept)
-	caPEM := Encode(kept)
+	caPEM := gw.Parsed.encode(kept)
 	p.reportBundle(caPEM, kept)
 	return p.decision(st, serverRoot, cred, kept, caPEM)
 }
@@ -102,14 +105,16 @@ func (p *planning) emit(e Event) { p.events = append(p.events, e) }
 
 // decision is the gateway Secret the rules arrived at, its state recorded.
 func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server, kept []*x509.Certificate, caPEM []byte) Decision {
-	st.Server = Fingerprint(serverRoot)
-	st.BundleHash = Hash(caPEM)
+	sigs := p.clients.Signatures
+	st.Server = sigs.fingerprint(serverRoot)
+	st.BundleHash = p.gw.Parsed.hash(caPEM)
 	for _, c := range kept {
-		st.BundleRoots = append(st.BundleRoots, Fingerprint(c))
+		st.BundleRoots = append(st.BundleRoots, sigs.fingerprint(c))
 	}
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
-	d := Decision{CertPEM: cred.certPEM(), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
+	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
 		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now), Roots: kept, Leaf: cred.leaf}
+	p.gw.Parsed.written(d.CAPEM, kept, d.CertPEM, cred.chain())
 	if p.clients.Tracked {
 		progress := p.progress
 		d.State.Clients = &progress

@@ -38,11 +38,13 @@ type retirement struct {
 func retire(candidates []*x509.Certificate, current, server *x509.Certificate, mayRetireUnused bool, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
 	var keep []*x509.Certificate
 	var gone []retirement
-	switched := Fingerprint(server) == Fingerprint(current)
-	for _, c := range Normalize(candidates, time.Time{}) {
-		fp := Fingerprint(c)
+	sigs := clients.Signatures
+	currentFP, serverFP := sigs.fingerprint(current), sigs.fingerprint(server)
+	switched := serverFP == currentFP
+	for _, c := range sigs.normalize(candidates, time.Time{}) {
+		fp := sigs.fingerprint(c)
 		switch {
-		case fp == Fingerprint(current) || fp == Fingerprint(server):
+		case fp == currentFP || fp == serverFP:
 			keep = append(keep, c)
 		case now.After(c.NotAfter):
 			gone = append(gone, retirement{c, "expired"})

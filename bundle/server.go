@@ -94,11 +94,11 @@ func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept 
 func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server {
 	// As strict as KeyMatches, parsing tls.crt once: a chain of many links
 	// is read at every reconcile.
-	certs, err := ParseCertificates("tls.crt", gw.CertPEM)
+	certs, err := gw.Parsed.certificates("tls.crt", gw.CertPEM)
 	if err != nil {
 		return nil
 	}
-	if key, err := parsePrivateKey("tls.key", gw.KeyPEM); err != nil || keyMismatch(certs[0], key) != "" {
+	if key, err := gw.Parsed.privateKey("tls.key", gw.KeyPEM); err != nil || keyMismatch(certs[0], key) != "" {
 		return nil
 	}
 	s := &server{leaf: certs[0], keyPEM: gw.KeyPEM}
@@ -110,7 +110,7 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 	// the same key, a cross-certificate) all verify the leaf: the one dualca
 	// recorded is the one it issued the leaf from.
 	for _, r := range roots {
-		if sigs.ChainsTo(s.leaf, r) && (s.root == nil || Fingerprint(r) == gw.State.Server) {
+		if sigs.ChainsTo(s.leaf, r) && (s.root == nil || sigs.fingerprint(r) == gw.State.Server) {
 			s.root = r
 		}
 	}
@@ -126,8 +126,13 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 }
 
 // certPEM is tls.crt: the leaf, then the cross-certificates.
-func (s *server) certPEM() []byte {
-	return Encode(append([]*x509.Certificate{s.leaf}, s.crosses...))
+func (s *server) certPEM(parsed *Parsed) []byte {
+	return parsed.encode(s.chain())
+}
+
+// chain is the certificates of tls.crt.
+func (s *server) chain() []*x509.Certificate {
+	return append([]*x509.Certificate{s.leaf}, s.crosses...)
 }
 
 // links is the number of cross-certificates of a credential found, 0 if

@@ -30,6 +30,12 @@ func Fingerprint(c *x509.Certificate) string {
 // bytes and the gateway reloads only on real changes. Nil entries are
 // dropped. It does not modify its input slice.
 func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
+	var none *Signatures
+	return none.normalize(certs, now)
+}
+
+// normalize is Normalize, the fingerprints remembered.
+func (s *Signatures) normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 	type entry struct {
 		cert *x509.Certificate
 		fp   string
@@ -40,7 +46,7 @@ func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 		if c == nil || c.NotAfter.Before(now) {
 			continue
 		}
-		fp := Fingerprint(c)
+		fp := s.fingerprint(c)
 		if seen[fp] {
 			continue
 		}
@@ -89,11 +95,31 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 // knowing the signature, could make it verify too, and a root crafted that
 // way is one dualca should not keep for the client anyway. A root renewed
 // with the same key is still checked.
+//
+// And it remembers the digest of the certificates it was asked about, by
+// address: the gateway's roots and cross-certificates (see Parsed) and the
+// clients' leaves are the same values from one reconcile to the next, and
+// hashing each again for every pair was most of what a reconcile at rest
+// cost once the signatures were remembered.
 type Signatures struct {
 	mu     sync.Mutex
 	seen   map[[2][sha256.Size]byte]bool
 	signer map[[sha256.Size]byte][sha256.Size]byte // certificate → the key that verified it
+	// digests are the SHA-256 of each certificate's Raw and of its
+	// RawSubjectPublicKeyInfo, by address.
+	digests map[*x509.Certificate]*certDigest
 }
+
+// certDigest is what Signatures hashes of a certificate.
+type certDigest struct {
+	raw, key [sha256.Size]byte
+	fp       string // Fingerprint, once asked for
+}
+
+// maxDigests bounds the certificates whose digests a Signatures keeps (and
+// keeps alive): the clients' leaves and a bundle's roots several times
+// over. When full it starts again empty.
+const maxDigests = 1 << 12
 
 // maxSignatures bounds the memory of a Signatures: about 100 bytes an
 // entry, 26 MB when full. A reconcile asks about each client's leaf and
@@ -125,10 +151,40 @@ func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 	return s.verify(leaf, root)
 }
 
-func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
-	key := [2][sha256.Size]byte{sha256.Sum256(leaf.Raw), sha256.Sum256(root.Raw)}
-	rootKey := sha256.Sum256(root.RawSubjectPublicKeyInfo)
+// digest returns c's digests, computed once per address. The caller holds
+// s.mu.
+func (s *Signatures) digest(c *x509.Certificate) *certDigest {
+	if d, ok := s.digests[c]; ok {
+		return d
+	}
+	if s.digests == nil || len(s.digests) >= maxDigests {
+		s.digests = map[*x509.Certificate]*certDigest{}
+	}
+	d := &certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo)}
+	s.digests[c] = d
+	return d
+}
+
+// fingerprint is Fingerprint, remembered by address; a nil s remembers
+// nothing.
+func (s *Signatures) fingerprint(c *x509.Certificate) string {
+	if s == nil || c == nil {
+		return Fingerprint(c)
+	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.digest(c)
+	if d.fp == "" {
+		d.fp = hex.EncodeToString(d.raw[:])
+	}
+	return d.fp
+}
+
+func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
+	s.mu.Lock()
+	leafDigest, rootDigest := s.digest(leaf), s.digest(root)
+	key := [2][sha256.Size]byte{leafDigest.raw, rootDigest.raw}
+	rootKey := rootDigest.key
 	ok, found := s.seen[key]
 	signer, signed := s.signer[key[0]]
 	s.mu.Unlock()

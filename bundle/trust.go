@@ -15,8 +15,8 @@ func (p *planning) trustedRoots() []*x509.Certificate {
 	switch {
 	case p.adopting:
 		return adoptedRoots(p.gw, p.root, p.clients, p.now)
-	case Hash(p.gw.CAPEM) == p.gw.State.BundleHash:
-		return casIn(p.gw.CAPEM)
+	case p.gw.Parsed.hash(p.gw.CAPEM) == p.gw.State.BundleHash:
+		return p.gw.Parsed.casIn(p.gw.CAPEM)
 	}
 	p.edited = true
 	p.emit(Event{Warning: true, Reason: ReasonGatewayRepaired,

@@ -102,6 +102,9 @@ type clientTracker struct {
 }
 
 type parsedSecret struct {
+	// rv and sum are the Secret's resourceVersion and content hash when
+	// it was parsed: an unchanged resourceVersion spares hashing it.
+	rv      string
 	sum     [sha256.Size]byte
 	leaf    *x509.Certificate
 	ca      []*x509.Certificate
@@ -175,6 +178,12 @@ func foreign(crt *cmapi.Certificate, s *corev1.Secret) string {
 // parse reads a client Secret's leaf and ca.crt. Damaged data reads as no
 // leaf or no CA: such a client is simply not on any root.
 func (t *clientTracker) parse(s *corev1.Secret) parsedSecret {
+	t.mu.Lock()
+	p, ok := t.parsed[s.UID]
+	t.mu.Unlock()
+	if ok && s.ResourceVersion != "" && p.rv == s.ResourceVersion {
+		return p
+	}
 	h := sha256.New()
 	h.Write(s.Data[corev1.TLSCertKey])
 	h.Write([]byte{0})
@@ -184,9 +193,11 @@ func (t *clientTracker) parse(s *corev1.Secret) parsedSecret {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.parsed[s.UID]; ok && p.sum == sum {
+		p.rv = s.ResourceVersion
+		t.parsed[s.UID] = p
 		return p
 	}
-	p := parsedSecret{sum: sum}
+	p = parsedSecret{rv: s.ResourceVersion, sum: sum}
 	p.leaf, p.ca, p.problem = bundle.ParseClient(s.Data[corev1.TLSCertKey], s.Data[caKey])
 	if t.parsed == nil {
 		t.parsed = map[types.UID]parsedSecret{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -135,11 +134,15 @@ func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views ma
 			delete(r.clientProblems, name)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(views)) {
-		problem := views[name].problem
-		if problem == "" || r.clientProblems[name] == problem {
-			continue
+	var changed []string // sorted, so events come in a stable order
+	for name, v := range views {
+		if v.problem != "" && r.clientProblems[name] != v.problem {
+			changed = append(changed, name)
 		}
+	}
+	slices.Sort(changed)
+	for _, name := range changed {
+		problem := views[name].problem
 		r.clientProblems[name] = problem
 		logf.FromContext(ctx).Info("client secret unusable", "client", name, "reason", problem)
 		// The Secret is the related object: the events API folds events

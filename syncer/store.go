@@ -48,6 +48,9 @@ type gatewayStore struct {
 	remembered *corev1.Secret
 	// lastWrite is when the gateway Secret was last written.
 	lastWrite time.Time
+	// parsed remembers what the decisions parsed of the gateway's fields:
+	// at rest they hold the same bytes at every reconcile.
+	parsed *bundle.Parsed
 }
 
 // source returns where this reconcile reads the root and the gateway.
@@ -117,14 +120,14 @@ func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gat
 	case apierrors.IsNotFound(err):
 		s.gatewayRV = ""
 		if s.remembered != nil {
-			return gatewayRead{state: gatewayOf(s.remembered)}, nil
+			return gatewayRead{state: gatewayOf(s.remembered, s.parsed)}, nil
 		}
 		return gatewayRead{}, nil
 	case err != nil:
 		return gatewayRead{}, fmt.Errorf("reading gateway secret %s: %w", s.gatewayKey, err)
 	}
 	s.gatewayRV, s.remembered = obj.ResourceVersion, obj
-	return gatewayRead{secret: obj, state: gatewayOf(obj)}, nil
+	return gatewayRead{secret: obj, state: gatewayOf(obj, s.parsed)}, nil
 }
 
 // current is the gateway Secret as the API server has it now, or nil.
@@ -136,14 +139,16 @@ func (s *gatewayStore) current(ctx context.Context) *corev1.Secret {
 	return obj
 }
 
-// gatewayOf is what the decisions need of the gateway Secret s.
-func gatewayOf(s *corev1.Secret) bundle.Gateway {
+// gatewayOf is what the decisions need of the gateway Secret s, with what
+// they parsed of it before.
+func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return bundle.Gateway{
 		Exists:  true,
 		CertPEM: s.Data[corev1.TLSCertKey],
 		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
 		CAPEM:   s.Data[caKey],
 		State:   bundle.ParseState(s.Annotations),
+		Parsed:  parsed,
 	}
 }
 

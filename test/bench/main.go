@@ -54,7 +54,7 @@ type options struct {
 
 	rotations      int           // propagation, per system
 	rootSizes      intList       // bundle sizes measured
-	turns          int           // rotations at each bundle size
+	turns          int           // rotations at each bundle size: enough that p99 is a percentile, not the max
 	starts         int           // start-up, per client count
 	startupClients int           // the second start-up client count
 	unrelated      int           // unrelated Secrets, per memory condition
@@ -134,11 +134,11 @@ func subcommand(name string, args []string) bool {
 // defaults are the full run's sizes, or the quick run's.
 func (o *options) defaults() {
 	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
-		rotations: 300, rootSizes: intList{2, 3, 10, 30, 60}, turns: 40, starts: 20, startupClients: 1000,
+		rotations: 300, rootSizes: intList{2, 3, 10, 30, 60}, turns: 1000, starts: 20, startupClients: 1000,
 		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
 		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, qps: 100}
 	if o.quick {
-		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 45, intList{2, 3, 10, 30}, 15, 5, 200
+		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 45, intList{2, 3, 10, 30}, 300, 5, 200
 		o.unrelated, o.rest, o.restPoll, o.runs, o.polls = 1000, time.Minute, 10*time.Second, 1, 5
 		o.scale, o.touches, o.fanout, o.fanoutRuns = intList{200, 1000}, 10, 200, 1
 	}

@@ -45,6 +45,11 @@ func (b *bench) propagation(ctx context.Context) error {
 		defer r.proc.stop()
 		runs = append(runs, r)
 	}
+	for _, r := range runs {
+		if r.cpuBefore, err = r.proc.cpu(); err != nil {
+			return err
+		}
+	}
 	block := max(1, n/6)
 	for from, turn := 1, 0; from <= n; from, turn = from+block, turn+1 {
 		to := min(n, from+block-1)
@@ -65,9 +70,14 @@ func (b *bench) propagation(ctx context.Context) error {
 		if err := r.proc.alive(); err != nil {
 			return err
 		}
+		cpuAfter, err := r.proc.cpu()
+		if err != nil {
+			return err
+		}
 		res := r.result(roots)
+		res.cpuPerRotation = (cpuAfter - r.cpuBefore) / time.Duration(n)
 		b.report.propagation = append(b.report.propagation, res)
-		b.log("propagation %s: %s, %d overlapping", r.system, summarize(res.samples), res.overlapping)
+		b.log("propagation %s: %s, %d overlapping, CPU %s per rotation", r.system, summarize(res.samples), res.overlapping, res.cpuPerRotation)
 	}
 	return nil
 }
@@ -80,6 +90,8 @@ type propagationRun struct {
 	target *secretWatch
 	mark   int
 	acked  []time.Time // by root index
+	// cpuBefore is the process's CPU time before the first rotation.
+	cpuBefore time.Duration
 }
 
 // propagationClients are the selected clients dualca tracks meanwhile.
@@ -160,4 +172,7 @@ type propagationResult struct {
 	// overlapping counts the rotations written before the previous root
 	// had reached the target; versions the target's versions meanwhile.
 	overlapping, versions int
+	// cpuPerRotation is the process's CPU time from before the first
+	// rotation to the last root's arrival, over the rotations.
+	cpuPerRotation time.Duration
 }

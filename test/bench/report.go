@@ -234,17 +234,19 @@ func (r *report) writePropagation(p func(string, ...any)) {
 	p("through a `Bundle` into a Secret target; the copier watches the root, GETs it and PUTs the target. As nothing")
 	p("renews dualca's clients, each of its rotations also switches the server when the grace period ends and retires")
 	p("the root nobody uses: the target versions per rotation count those writes, and a root that arrives while one")
-	p("is being made waits for it (dualca reconciles its one gateway Secret one pass at a time).")
+	p("is being made waits for it (dualca reconciles its one gateway Secret one pass at a time). CPU is each")
+	p("process's user and system time, from `/proc`, from before the first rotation to the last root's arrival, over")
+	p("the rotations: it includes what the process does at rest while the other systems are rotated.")
 	p("")
-	p("| system | rotations | of them overlapping | target versions per rotation | p50 | p90 | p99 | max | p99 / floor's p99 |")
-	p("|---|---|---|---|---|---|---|---|---|")
+	p("| system | rotations | of them overlapping | target versions per rotation | p50 | p90 | p99 | max | p99 / floor's p99 | CPU per rotation |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
 	for _, res := range r.propagation {
 		d := distributionOf(res.samples)
 		ratio := "–"
 		if haveFloor && c.p99 > 0 {
 			ratio = fmt.Sprintf("%.2f×", float64(d.p99)/float64(c.p99))
 		}
-		p("| %s | %d | %d | %.2f | %s | %s | %s | %s | %s |", res.system, d.n, res.overlapping, float64(res.versions)/float64(max(1, d.n)), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), ratio)
+		p("| %s | %d | %d | %.2f | %s | %s | %s | %s | %s | %s |", res.system, d.n, res.overlapping, float64(res.versions)/float64(max(1, d.n)), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max), ratio, ms(res.cpuPerRotation))
 	}
 }
 
