@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/dualca/dualca/bundle"
 )
@@ -51,6 +54,29 @@ type gatewayStore struct {
 	// parsed remembers what the decisions parsed of the gateway's fields:
 	// at rest they hold the same bytes at every reconcile.
 	parsed *bundle.Parsed
+	// ownVersion is the resourceVersion of dualca's last write, read by
+	// the gateway watch's predicate on the informer's goroutine.
+	ownVersion atomic.Pointer[string]
+}
+
+// ownWrite reports whether obj is the version dualca wrote last: the
+// reconcile that wrote it has decided on exactly that content and
+// scheduled its next check, so the watch event it causes brings nothing
+// to decide. Skipping it saves a reconcile per write, which a root
+// arriving meanwhile would wait for.
+func (s *gatewayStore) ownWrite(obj *corev1.Secret) bool {
+	rv := s.ownVersion.Load()
+	return rv != nil && obj.ResourceVersion != "" && obj.ResourceVersion == *rv
+}
+
+// notOwnWrite lets every gateway event through but the creation or update
+// to the version dualca wrote last (see ownWrite). A deletion always
+// passes, whatever version it last had.
+func (s *gatewayStore) notOwnWrite() predicate.TypedPredicate[*corev1.Secret] {
+	return predicate.TypedFuncs[*corev1.Secret]{
+		CreateFunc: func(e event.TypedCreateEvent[*corev1.Secret]) bool { return !s.ownWrite(e.Object) },
+		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Secret]) bool { return !s.ownWrite(e.ObjectNew) },
+	}
 }
 
 // source returns where this reconcile reads the root and the gateway.
@@ -222,6 +248,8 @@ func (s *gatewayStore) desired(current *corev1.Secret, d bundle.Decision) *corev
 // wrote remembers the Secret just written.
 func (s *gatewayStore) wrote(obj *corev1.Secret) {
 	s.lastWrite, s.gatewayRV, s.remembered = s.clock.Now(), obj.ResourceVersion, obj
+	rv := obj.ResourceVersion
+	s.ownVersion.Store(&rv)
 }
 
 // mergeAnnotations replaces dualca's annotations and keeps everyone else's.

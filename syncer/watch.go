@@ -63,7 +63,8 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 
 // SetupWithManager wires the reconciler into mgr: a reconcile at start, and
 // with watch, one at every change of the root or the gateway Secret (a name
-// predicate guards the single-object caches' boundary on the event side);
+// predicate guards the single-object caches' boundary on the event side),
+// but dualca's own writes of the gateway (see gatewayStore.ownWrite);
 // and, when clients are tracked, at every change of a client. Every event
 // maps to one work item, so bursts of events collapse into one reconcile.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) error {
@@ -81,11 +82,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		for _, one := range []struct {
 			key types.NamespacedName
 			c   cache.Cache
-		}{{r.store.rootKey, c.root}, {r.store.gatewayKey, c.gateway}} {
+			// more filters the events further: the gateway's own writes.
+			more predicate.TypedPredicate[*corev1.Secret]
+		}{{r.store.rootKey, c.root, predicate.TypedFuncs[*corev1.Secret]{}}, {r.store.gatewayKey, c.gateway, r.store.notOwnWrite()}} {
 			b = b.WatchesRawSource(source.Kind(one.c, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()),
 				predicate.NewTypedPredicateFuncs(func(o *corev1.Secret) bool {
 					return o.GetNamespace() == one.key.Namespace && o.GetName() == one.key.Name
-				})))
+				}), one.more))
 		}
 	}
 	if c.clients != nil {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -37,7 +38,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	got, _ := q.Get()
 	g.Expect(got).To(Equal(req))
 	q.Done(got)
-	g.Consistently(q.Len).WithTimeout(2 * wait).Should(BeZero(), "502 events made one work item")
+	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "502 events made one work item")
 
 	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 })
 	now.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
@@ -55,4 +56,29 @@ func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	g.Expect(r.clientEventWait()).To(Equal(6 * time.Millisecond))
 	r.took.Store(int64(550 * time.Millisecond))
 	g.Expect(r.clientEventWait()).To(Equal(maxClientEventWait))
+}
+
+// TestTheGatewaysOwnWritesStartNoReconcile checks the gateway watch's
+// filter: the creation or update to the version dualca wrote last is
+// dropped; any other version, and every deletion, passes.
+func TestTheGatewaysOwnWritesStartNoReconcile(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	s := gatewayStore{clock: clock.RealClock{}}
+	p := s.notOwnWrite()
+	at := func(rv string) *corev1.Secret {
+		sec := &corev1.Secret{}
+		sec.ResourceVersion = rv
+		return sec
+	}
+	g.Expect(p.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at("6"), ObjectNew: at("7")})).To(BeTrue(), "nothing written yet")
+
+	s.wrote(at("7"))
+	g.Expect(p.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at("6"), ObjectNew: at("7")})).To(BeFalse(), "dualca's own update")
+	g.Expect(p.Create(event.TypedCreateEvent[*corev1.Secret]{Object: at("7")})).To(BeFalse(), "dualca's own creation")
+	g.Expect(p.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at("7"), ObjectNew: at("8")})).To(BeTrue(), "someone else's update")
+	g.Expect(p.Create(event.TypedCreateEvent[*corev1.Secret]{Object: at("9")})).To(BeTrue(), "someone else's creation")
+	g.Expect(p.Delete(event.TypedDeleteEvent[*corev1.Secret]{Object: at("7")})).To(BeTrue(), "a deletion of dualca's version")
+	g.Expect(p.Generic(event.TypedGenericEvent[*corev1.Secret]{Object: at("7")})).To(BeTrue())
+	g.Expect(p.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at(""), ObjectNew: at("")})).To(BeTrue(), "no version known")
 }
