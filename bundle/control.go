@@ -28,7 +28,10 @@ import (
 //
 // Promote (AnnotationPromote, the fingerprint of the root to serve): the
 // server switches to that root at once, clients pending or not, paused or
-// not, with a ServerSwitchForced Warning naming the operator's promote; a
+// not, with a ServerSwitchForced Warning naming the operator's promote
+// (clients not on the root then lose trust in the server, as with a grace
+// period over; with every client on it, the promote only cuts short the
+// propagation delay dualca gives them to load their renewed Secret); a
 // promote made in phase Bundle waits for the propagation delay to end, and
 // one for a root not valid yet for its NotBefore. It is one-shot: dualca
 // removes the annotation in the very update that switches the server, so
@@ -119,17 +122,13 @@ func (p *planning) settlePromote(st *State, serverRoot *x509.Certificate, switch
 	}
 }
 
-// promotedSwitch is the switch a promote makes: forced, with a Warning,
-// unless every tracked client is on the root already.
+// promotedSwitch is the switch a promote makes: forced, with a Warning
+// naming the promote, since it cuts short a wait dualca would have made
+// (clients pending, or the propagation delay after they are all ready).
 func (p *planning) promotedSwitch() switchDecision {
-	pending := p.progress.Pending + p.progress.Failed
-	if p.clients.Tracked && pending == 0 {
-		return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
-			Message: "promoted by the operator (dualca promote): all " + itoa(p.progress.Renewed) + " clients trust root " + describe(p.root.Cert) + "; server now presents it"}}
-	}
 	why := "promoted by the operator (dualca promote)"
 	if p.clients.Tracked {
-		why += fmt.Sprintf(" with %d clients not on the new root", pending)
+		why += fmt.Sprintf(" with %d clients not on the new root", p.progress.Pending+p.progress.Failed)
 	}
 	if p.paused {
 		why += "; renewals stay paused"
