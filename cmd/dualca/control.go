@@ -53,7 +53,7 @@ func control(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		if err != nil {
 			return fail(2, err)
 		}
-		_, _ = fmt.Fprintf(stdout, "gateway %s: promote to root %s requested; dualca switches the server at its next reconcile (a ServerSwitchForced Warning if clients are pending)\n", key, bundle.Short(fp))
+		_, _ = fmt.Fprintf(stdout, "gateway %s: promote to root %s requested; dualca switches the server at once, or when the gateway has had the propagation delay to load the root (dualca status says when), with a ServerSwitchForced Warning\n", key, bundle.Short(fp))
 	default:
 		if _, err := syncer.Pause(ctx, c.CoreV1(), key, cmd == "pause"); err != nil {
 			return fail(2, err)
