@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,9 @@ type Reconciler struct {
 	clock    clock.PassiveClock
 	poll     time.Duration
 	key      types.NamespacedName // the gateway Secret: the one work item
+	// took is how long the last reconcile ran, in nanoseconds: client
+	// events wait in proportion to it (see clientEventWait).
+	took atomic.Int64
 }
 
 // pass is what one attempt at a reconcile read, decided and wrote.
@@ -43,6 +47,8 @@ type pass struct {
 // clients due for renewal to the renewer. Each reconcile ends by
 // scheduling the next poll.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	began := time.Now() // the monotonic clock: this paces work, it decides nothing
+	defer func() { r.took.Store(int64(time.Since(began))) }()
 	var p pass
 	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() (err error) {
@@ -90,6 +96,25 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	p.written, err = r.store.write(ctx, gateway, p.decision)
 	return p, err
 }
+
+// clientEventWait is how long a client's change waits before it starts a
+// reconcile: twice the last reconcile's duration, at most
+// maxClientEventWait. A fan-out over fifty thousand clients changes
+// hundreds of them a second, and a reconcile reads them all (half a
+// second at that size): started at every change, reconciles would take a
+// whole core from the renewals they follow. Waiting holds them to a third
+// of the time, and the changes that arrive meanwhile join the same work
+// item. With a hundred clients a reconcile takes milliseconds, and so does
+// the wait. Changes of the root and the gateway never wait. The wait only
+// delays what dualca learns of its clients' progress, which postpones a
+// server switch and never advances one.
+func (r *Reconciler) clientEventWait() time.Duration {
+	return min(2*time.Duration(r.took.Load()), maxClientEventWait)
+}
+
+// maxClientEventWait bounds clientEventWait: a reconcile slowed by an
+// unresponsive API server must not leave client progress unseen for long.
+const maxClientEventWait = time.Second
 
 // requeueAfter is the jittered poll interval, or less when a write of the
 // client progress waits, or when the decision will change by time alone

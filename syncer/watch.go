@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -88,9 +89,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		}
 	}
 	if c.clients != nil {
-		// Every client change may move a rotation on: one work item again.
-		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, oneWorkItem[*cmapi.Certificate](r.request()))).
-			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request())))
+		// Every client change may move a rotation on: one work item again,
+		// after a wait that lets a burst of changes share a reconcile.
+		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait))).
+			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, waitingWorkItem[*corev1.Secret](r.request(), r.clientEventWait)))
 	}
 	return b.Complete(r)
 }
@@ -100,6 +102,33 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 	return handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, T) []reconcile.Request {
 		return []reconcile.Request{req}
 	})
+}
+
+// waitingWorkItem maps every event to req, added to the queue after wait():
+// an event that comes while req already waits changes nothing, so a burst
+// of events becomes one reconcile.
+func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration) handler.TypedEventHandler[T, reconcile.Request] {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if d := wait(); d > 0 {
+			q.AddAfter(req, d)
+			return
+		}
+		q.Add(req)
+	}
+	return handler.TypedFuncs[T, reconcile.Request]{
+		CreateFunc: func(_ context.Context, _ event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q)
+		},
+		UpdateFunc: func(_ context.Context, _ event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q)
+		},
+		DeleteFunc: func(_ context.Context, _ event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q)
+		},
+		GenericFunc: func(_ context.Context, _ event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q)
+		},
+	}
 }
 
 func (r *Reconciler) request() reconcile.Request {

@@ -93,8 +93,17 @@ func main() {
 	flag.StringVar(&o.plot, "plot", "docs/benchmarks.png", "where to write the plot")
 	flag.BoolVar(&o.quick, "quick", false, "a reduced run of a few minutes; its report says it is not final")
 	flag.StringVar(&o.only, "only", "", "run one measurement only ("+strings.Join(stepNames(), ", ")+"); the report is printed, not written")
+	var scale intList
+	flag.Var(&scale, "scale", "with -only scale: the client counts to measure instead of the run's (comma-separated)")
 	flag.Parse()
 	o.defaults()
+	if len(scale) > 0 {
+		if o.only != "scale" {
+			fmt.Fprintln(os.Stderr, "bench: -scale is for -only scale: a report's scale curve has the run's own sizes")
+			os.Exit(2)
+		}
+		o.scale = scale
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)

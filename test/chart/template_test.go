@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/test/controlplane"
@@ -530,4 +532,22 @@ spec:
 	for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
 		g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "gateway")), "the Roles are the gateway's ServiceAccount's")
 	}
+}
+
+// TestTheChartRequiresATestedKubernetesVersion checks the chart's
+// kubeVersion against the versions the tests run on: helm renders it for
+// the oldest of them and refuses the minor version before it.
+func TestTheChartRequiresATestedKubernetesVersion(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	versions, err := controlplane.KubeVersions()
+	g.Expect(err).NotTo(HaveOccurred())
+	oldest := version.MustParseGeneric(versions[0])
+	for _, v := range versions {
+		_, err := controlplane.Helm(t, "template", "dualca", chartDir(t), "--namespace", releaseNamespace, "-f", valuesFile(t, minimal), "--kube-version", v)
+		g.Expect(err).NotTo(HaveOccurred(), "the chart renders for Kubernetes %s, which the tests run on", v)
+	}
+	older := fmt.Sprintf("v%d.%d.0", oldest.Major(), oldest.Minor()-1)
+	_, err = controlplane.Helm(t, "template", "dualca", chartDir(t), "--namespace", releaseNamespace, "-f", valuesFile(t, minimal), "--kube-version", older)
+	g.Expect(err).To(MatchError(ContainSubstring("kubeVersion")), "helm refuses Kubernetes %s, older than every tested version", older)
 }

@@ -29,6 +29,23 @@ type ClientOptions struct {
 	// compiler and a control plane a process can wait seconds for CPU, and
 	// an attempt timed out only for that would count as a failed handshake.
 	Timeout time.Duration
+	// OnFailure, when set, is told of every failed attempt, with the leaf
+	// the client presented: a caller that must tell one cause of failure
+	// from another needs to know which credential failed, and when.
+	OnFailure func(Failure)
+}
+
+// Failure is one failed attempt of a Client.
+type Failure struct {
+	// Client is the name of the client's Secret.
+	Client string
+	// Start is when the attempt began, before it dialled: the gateway
+	// chose the credential it answered with after that.
+	Start time.Time
+	// Leaf is the client certificate the attempt presented.
+	Leaf *x509.Certificate
+	// Err is why it failed.
+	Err error
 }
 
 func (o ClientOptions) withDefaults() ClientOptions {
@@ -192,9 +209,13 @@ func (c *Client) attempt(ctx context.Context) {
 		c.mu.Unlock()
 		return
 	}
+	start := time.Now()
 	err := c.handshake(ctx, cfg.tls)
 	if ctx.Err() != nil {
 		return
+	}
+	if err != nil && c.opts.OnFailure != nil {
+		c.opts.OnFailure(Failure{Client: c.name, Start: start, Leaf: cfg.cred.chain[0], Err: err})
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // handshakeTimeout bounds one connection on the gateway, so that a client
@@ -44,6 +46,9 @@ type Gateway struct {
 
 	mu    sync.Mutex
 	stats GatewayStats
+	// rootsLoaded is when each root (by fingerprint) first came into use in
+	// ca.crt.
+	rootsLoaded map[string]time.Time
 }
 
 // gatewayConfig is one loaded version of the gateway Secret.
@@ -71,10 +76,11 @@ type GatewayStats struct {
 // through secrets. Start runs it.
 func NewGateway(secrets Secrets, name string) *Gateway {
 	return &Gateway{
-		secrets: secrets,
-		name:    name,
-		stats:   GatewayStats{Errors: map[string]int{}, Peers: map[string]int{}},
-		loaded:  make(chan struct{}),
+		secrets:     secrets,
+		name:        name,
+		stats:       GatewayStats{Errors: map[string]int{}, Peers: map[string]int{}},
+		loaded:      make(chan struct{}),
+		rootsLoaded: map[string]time.Time{},
 	}
 }
 
@@ -167,6 +173,14 @@ func (g *Gateway) ClientCAs() []*x509.Certificate {
 	return nil
 }
 
+// RootLoaded is when the gateway first verified clients with root (its
+// fingerprint, see bundle.Fingerprint), zero if it never has.
+func (g *Gateway) RootLoaded(fingerprint string) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rootsLoaded[fingerprint]
+}
+
 // load takes a new version of the Secret into use for the next handshakes.
 func (g *Gateway) load(s *corev1.Secret) {
 	g.mu.Lock()
@@ -182,7 +196,13 @@ func (g *Gateway) load(s *corev1.Secret) {
 			SessionTicketsDisabled: true,
 		}}
 	}, &g.stats.Loads)
-	if g.current.Load() != nil {
+	if c := g.current.Load(); c != nil {
+		now := time.Now()
+		for _, r := range c.cred.cas {
+			if fp := bundle.Fingerprint(r); g.rootsLoaded[fp].IsZero() {
+				g.rootsLoaded[fp] = now
+			}
+		}
 		g.loadedOnce.Do(func() { close(g.loaded) })
 	}
 }

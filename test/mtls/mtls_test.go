@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/mtls"
 )
@@ -475,4 +478,48 @@ func TestLaggedVersionsArriveLateAndInOrder(t *testing.T) {
 	w.g.Consistently(gw.ClientCAs).WithTimeout(500*time.Millisecond).Should(HaveExactElements(equalCert(r2.Cert), equalCert(r1.Cert)),
 		"the slow version never overwrote the newer one")
 	w.g.Expect(gw.Stats().Reloads).To(Equal(3))
+}
+
+func TestFailuresAreReportedWithTheLeafAndRootsWithWhenLoaded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	g := w.g
+	r1 := certs.MustCA(t, "R1", time.Hour)
+	r2 := certs.MustCA(t, "R2", time.Hour)
+	server, gw := w.serve(t, r1)
+	g.Expect(gw.RootLoaded(bundle.Fingerprint(r1.Cert))).NotTo(BeZero(), "the gateway verifies clients with R1")
+	g.Expect(gw.RootLoaded(bundle.Fingerprint(r2.Cert))).To(BeZero(), "the gateway has never had R2")
+
+	var mu sync.Mutex
+	var failures []mtls.Failure
+	leaf := issue(t, r2, "early")
+	w.putPair("early", leaf, r1)
+	before := time.Now()
+	ctx, cancel := context.WithCancel(w.ctx)
+	c := mtls.NewClient(w.secrets, "early", gw.Addr(), mtls.ClientOptions{Interval: interval, OnFailure: func(f mtls.Failure) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, f)
+	}})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Eventually(c.Stats).Should(HaveField("Failures", BeNumerically(">=", 2)))
+
+	// The gateway takes R2 in: the client gets through, and the gateway
+	// says when it took R2.
+	both := append(slices.Clone(r1.CertPEM), r2.CertPEM...)
+	w.put("gateway", server.CertPEM, server.KeyPEM, both)
+	g.Eventually(c.Stats).Should(HaveField("ConsecutiveSuccesses", BeNumerically(">=", 1)))
+	loaded := gw.RootLoaded(bundle.Fingerprint(r2.Cert))
+	g.Expect(loaded).To(BeTemporally(">", before))
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(failures).To(HaveLen(c.Stats().Failures), "every failure was reported")
+	for _, f := range failures {
+		g.Expect(f.Client).To(Equal("early"))
+		g.Expect(f.Leaf).To(equalCert(leaf.Cert))
+		g.Expect(f.Err).To(MatchError(ContainSubstring("unknown certificate authority")))
+		g.Expect(f.Start).To(And(BeTemporally(">=", before), BeTemporally("<", loaded)))
+	}
 }

@@ -34,6 +34,7 @@ type outcome struct {
 	brokenStats        mtls.ClientStats
 	attempts, failures int // the healthy clients'
 	healthyErrors      map[string]int
+	cutoffs            cutoffs
 	checked            monitor.Result
 	deletions          int
 	rotations          []rotationOutcome
@@ -54,7 +55,7 @@ type rotationOutcome struct {
 	landedIn       string        // the gateway's phase when the root Secret changed
 	steady         time.Duration // from arrival to Steady; 0 if never
 	superseded     bool          // the next root came before Steady
-	oldExpiresIn   time.Duration // from Steady (or now) to the old root's NotAfter
+	oldExpiresIn   time.Duration // from the first Steady on this or a later root (or now) to the old root's NotAfter
 	steadyInTime   bool
 	oldRootExpires time.Time
 }
@@ -81,6 +82,15 @@ func (s *soak) check() {
 	o := s.outcome()
 	s.t.Logf("healthy clients: %d handshakes attempted, %d failed; the broken client failed %d of %d; gateway accepted %d rejected %d",
 		o.attempts, o.failures, o.brokenStats.Failures, o.brokenStats.Attempts, o.gateway.Accepted, o.gateway.Rejected)
+	s.t.Logf("cut-offs (healthy clients issued in flight when their root came, cut off until the lagging gateway loaded it): %d, %d failed attempts, the longest %v after its root was bundled (bound %v), %v before (bound %v); failed attempts outside the definition: %d",
+		len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.longestUnbundled().Round(time.Millisecond), maxRace, o.cutoffs.outsideCount)
+	for _, k := range o.cutoffs.all {
+		s.t.Logf("cut-off: %s on R%d from %s, %d failed attempts, lasted %v; issuance ordered (%s) %v before the root Secret held R%d, leaf signed %v after the gateway Secret named it",
+			k.client, k.root, minutes(k.first.Sub(s.begin)), k.failures, k.window.Round(time.Millisecond), k.by, k.ordered.Round(time.Millisecond), k.root, k.signed)
+	}
+	for _, why := range o.cutoffs.outside {
+		s.t.Logf("failed attempt outside the cut-offs: %s", why)
+	}
 	s.t.Logf("monitor: %d gateway versions, %d violations, %d races (longest %v), %d checks failed by the broken client; deletions injected %d, seen %d by the monitor and %d by the gateway",
 		o.checked.Versions, o.checked.ViolationCount, o.checked.RaceCount, o.checked.LongestRace().Round(time.Millisecond), o.checked.Excused, o.deletions, o.checked.Deletions, o.gateway.Deletions)
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
@@ -92,8 +102,11 @@ func (s *soak) check() {
 	}
 	g := s.g
 	g.Expect(o.attempts).To(BeNumerically(">", 0), "the healthy clients handshook")
-	g.Expect(o.failures).To(BeZero(), "no healthy client failed a handshake: %v", o.healthyErrors)
-	g.Expect(o.gateway.Rejected).To(BeNumerically("<=", o.brokenStats.Failures), "the gateway rejected only the broken client's handshakes: %v", o.gateway.Errors)
+	g.Expect(o.cutoffs.outsideCount).To(BeZero(), "no healthy client failed a handshake but in a cut-off: %v; %v", o.cutoffs.outside, o.healthyErrors)
+	g.Expect(o.failures).To(Equal(o.cutoffs.failures), "every failed handshake of a healthy client was classified")
+	g.Expect(o.cutoffs.longest()).To(BeNumerically("<=", maxCutoff()), "every cut-off ended within the longest reload lag and a margin after its root was bundled")
+	g.Expect(o.cutoffs.longestUnbundled()).To(BeNumerically("<=", maxRace), "no cut-off waited longer than a race for its root to be bundled")
+	g.Expect(o.gateway.Rejected).To(BeNumerically("<=", o.brokenStats.Failures+o.cutoffs.failures), "the gateway rejected only the broken client's handshakes and those of the cut-offs: %v", o.gateway.Errors)
 	g.Expect(o.checked.Violations).To(BeEmpty(), "every gateway version parsed, matched its key and served every client")
 	g.Expect(o.checked.LongestRace()).To(BeNumerically("<=", maxRace), "every race was resolved within %v: %v", maxRace, o.checked.Races)
 	g.Expect(o.checked.Deletions).To(Equal(o.deletions), "the monitor saw exactly the deletions injected")
@@ -139,6 +152,7 @@ func (s *soak) outcome() *outcome {
 			o.faults[e.kind]++
 		}
 	}
+	o.cutoffs = s.classify()
 	o.rotations = s.rotationOutcomes(o.samples)
 	o.leak = s.leaks(o.resources)
 	o.requestsPerMinute, o.peakPerMinute = requestRates(o.resources, o.elapsed)
@@ -160,9 +174,18 @@ func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
 			}
 			r.landedIn = smp.phase
 		}
-		end := time.Now()
 		if st := s.mon.FirstSeen("phase " + string(bundle.PhaseSteady) + " " + fp); !st.IsZero() {
-			r.steady, end = st.Sub(r.arrived), st
+			r.steady = st.Sub(r.arrived)
+		}
+		// The old root must outlive the first Steady on this root or on a
+		// later one (an overtaken rotation ends with the one that overtook
+		// it), or now if none came.
+		end := time.Now()
+		for _, later := range roots[i:] {
+			if st := s.mon.FirstSeen("phase " + string(bundle.PhaseSteady) + " " + bundle.Fingerprint(later)); !st.IsZero() {
+				end = st
+				break
+			}
 		}
 		if i+1 < len(roots) {
 			r.superseded = r.steady == 0 || s.mon.FirstSeen("root "+bundle.Fingerprint(roots[i+1])).Before(r.arrived.Add(r.steady))
@@ -178,9 +201,10 @@ func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
 // still filling its caches, starting workers and growing its heap to the
 // garbage collector's steady size: growth that settles, not a leak. The
 // 12-minute run with 100 clients showed a new leader's memory growing for
-// about four minutes, then flat. A twelfth of the run, one to three
-// minutes: short runs keep samples to judge.
-func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 3*time.Minute) }
+// about four minutes, then flat. A twelfth of the run, one to five
+// minutes (five for an hour, beyond those four): short runs keep samples
+// to judge.
+func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 5*time.Minute) }
 
 // leaks fits dualca's resources over the last three quarters of the run.
 // Each process counts from the end of its warm-up and, if it took the

@@ -59,6 +59,7 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("|---|---|")
 	w("| run | %v (rotations and faults for %v, then draining until converged) |", o.elapsed.Round(time.Second), *duration)
 	w("| handshakes of the %d healthy clients | **%d attempted, %d failed** |", len(o.fleet.Clients)-1, o.attempts, o.failures)
+	w("| cut-offs (a client issued in flight when its root came, cut off until the lagging gateway loaded it) | %d: %d failed handshakes, the longest %v after the gateway Secret named the root (bound %v), %v before it (a leader handover; bound %v); **%d failed handshakes outside them** |", len(o.cutoffs.all), o.cutoffs.failures, o.cutoffs.longest().Round(time.Millisecond), maxCutoff(), o.cutoffs.longestUnbundled().Round(time.Millisecond), maxRace, o.cutoffs.outsideCount)
 	w("| the broken client's handshakes (counted apart) | %d attempted, %d failed |", o.brokenStats.Attempts, o.brokenStats.Failures)
 	w("| gateway | accepted %d, rejected %d |", o.gateway.Accepted, o.gateway.Rejected)
 	w("| gateway Secret versions checked by the monitor | %d, **%d violations** |", o.checked.Versions, o.checked.ViolationCount)
@@ -69,6 +70,7 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("| dualca's API requests, both replicas | %.0f per minute on average, %.0f at the peak (10 s) |", o.requestsPerMinute, o.peakPerMinute)
 	w("")
 	o.rotationTable(w)
+	o.cutoffTable(w)
 	o.faultTable(w)
 	o.leakTable(w)
 	w("## Timeline")
@@ -80,6 +82,14 @@ func (o *outcome) markdown(path, plotPath string) string {
 		w("| %s | %s | %s |", minutes(e.at.Sub(begin)), e.kind, e.detail)
 	}
 	return b.String()
+}
+
+// roughly rounds d to the hour from an hour on, else to the second.
+func roughly(d time.Duration) time.Duration {
+	if d >= time.Hour {
+		return d.Round(time.Hour)
+	}
+	return d.Round(time.Second)
 }
 
 func (o *outcome) begin() time.Time { return o.start }
@@ -97,7 +107,7 @@ func (o *outcome) rotationTable(w func(string, ...any)) {
 	}
 	w("The phase of the rotation before when each root came: %s.", strings.Join(by, ", "))
 	w("")
-	w("| root | came at | landed in | Steady after | old root expires after Steady in |")
+	w("| root | came at | landed in | Steady after | old root expires after the first Steady on this root or a later one, in |")
 	w("|---|---|---|---|---|")
 	begin := o.begin()
 	for _, r := range o.rotations {
@@ -108,7 +118,7 @@ func (o *outcome) rotationTable(w func(string, ...any)) {
 				steady += " (the next came first)"
 			}
 		}
-		w("| R%d | %s | %s | %s | %v |", r.n, minutes(r.arrived.Sub(begin)), cmp.Or(r.landedIn, "(gateway deleted)"), steady, r.oldExpiresIn.Round(time.Hour))
+		w("| R%d | %s | %s | %s | %v |", r.n, minutes(r.arrived.Sub(begin)), cmp.Or(r.landedIn, "(gateway deleted)"), steady, roughly(r.oldExpiresIn))
 	}
 	w("")
 }

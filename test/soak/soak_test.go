@@ -63,13 +63,14 @@ var (
 	duration = flag.Duration("soak.duration", 3*time.Minute, "how long rotations and faults go on")
 	clients  = flag.Int("soak.clients", 20, "client Certificates, one TLS client each (one of them is the client whose issuer breaks)")
 	lag      = span{time.Second, 10 * time.Second}
-	// rotate defaults to rotations far enough apart that none lands while
-	// the previous one's client issuances are in flight: such an issuance
-	// is signed by the new root and loaded by its client before a lagging
-	// gateway has loaded that root, a window dualca cannot close (see
-	// docs/rotation.md, "What dualca cannot prevent"). `make soak` asks for
-	// 30s-2m, where rotations do land there.
-	rotate = span{80 * time.Second, 120 * time.Second}
+	// rotate is what `make soak` asks for too: rotations land in every
+	// phase of the one before, also while its client issuances are in
+	// flight. Such an issuance is signed by the new root and may be loaded
+	// by its client before a lagging gateway has loaded that root, a window
+	// dualca cannot close (see docs/rotation.md, "What dualca cannot
+	// prevent"): those failures are counted apart as cut-offs, strictly
+	// defined and bounded (cutoff_test.go).
+	rotate = span{30 * time.Second, 2 * time.Minute}
 	faults = span{20 * time.Second, 60 * time.Second}
 	report = flag.String("soak.report", "", "write the report (Markdown) to this file")
 	plotTo = flag.String("soak.plot", "", "write the timeline plot (PNG) to this file")
@@ -131,6 +132,12 @@ type soak struct {
 	deletions int // gateway Secret deletions injected
 	samples   []sample
 	resources []resource
+	// failures are the clients' failed attempts (lostFailures those beyond
+	// maxFailuresKept); issuing is when each client Certificate turned
+	// Issuing: the cut-offs are told from them (see cutoff_test.go).
+	failures     []mtls.Failure
+	lostFailures int
+	issuing      map[string][]issuance
 }
 
 // The timeline's kinds besides the faults.
@@ -181,7 +188,8 @@ func setUp(t *testing.T) *soak {
 	c := cluster.StartT(t, cluster.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s := &soak{t: t, g: g, ctx: ctx, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), begin: time.Now()}
+	s := &soak{t: t, g: g, ctx: ctx, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), begin: time.Now(),
+		issuing: map[string][]issuance{}}
 	g.Expect(c.CreateNamespace(ctx, namespace)).To(Succeed())
 	_, err := c.CreateRootCA(ctx, namespace, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -196,6 +204,7 @@ func setUp(t *testing.T) *soak {
 	// Its failures are counted apart, from the start: its issuer breaks at
 	// a random moment and heals at another.
 	s.mon.Excuse(s.broken)
+	s.watchIssuing()
 	s.args = s.dualcaArgs()
 	for i := range s.replicas {
 		s.startReplica(i)
@@ -250,7 +259,7 @@ func (s *soak) startTraffic() {
 	s.g.Expect(s.gateway.Start(ctx)).To(Succeed())
 	shared := mtls.NewSharedWatch(s.kube, namespace)
 	shared.Start(ctx)
-	s.fleet = mtls.NewFleet(mtls.Lagged(shared, delay), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: interval})
+	s.fleet = mtls.NewFleet(mtls.Lagged(shared, delay), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: interval, OnFailure: s.failed})
 	s.fleet.Start(ctx)
 	s.t.Cleanup(func() {
 		stop()
