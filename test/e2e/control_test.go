@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -182,6 +183,19 @@ func (s *scenario) logStatus(when string, r *syncer.Report) {
 	s.g.Expect(r.WriteText(&text)).To(Succeed())
 	s.g.Expect(text.String()).NotTo(ContainSubstring("BEGIN"), "no certificate material")
 	s.t.Logf("dualca status, %s:\n%s", when, text.String())
+	// The same for scripts: -o json carries the next step and every moment.
+	var js bytes.Buffer
+	s.g.Expect(r.WriteJSON(&js)).To(Succeed())
+	var back syncer.Report
+	s.g.Expect(json.Unmarshal(js.Bytes(), &back)).To(Succeed())
+	s.g.Expect(back.Paused).To(Equal(r.Paused))
+	s.g.Expect(back.Next).NotTo(BeNil())
+	s.g.Expect(back.Next.Summary).To(Equal(r.Next.Summary))
+	s.g.Expect(back.Next.Upcoming).To(HaveLen(len(r.Next.Upcoming)))
+	for i, u := range back.Next.Upcoming {
+		s.g.Expect(u.Step).To(Equal(r.Next.Upcoming[i].Step))
+		s.g.Expect(u.At).To(BeTemporally("==", r.Next.Upcoming[i].At))
+	}
 }
 
 // requestsRefused are the requests of log the API server refused.
