@@ -58,9 +58,10 @@ type Moment struct {
 // Decision.NextCheck.
 func upcoming(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
 	serverFP, rootFP := Fingerprint(server), st.Root
-	moments := []Moment{
-		{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP},
-		{server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second), StepSwitchServerExpiry, serverFP},
+	moments := []Moment{{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP}}
+	if st.Server != st.Root {
+		// A server on the current root has nowhere to switch to.
+		moments = append(moments, Moment{server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second), StepSwitchServerExpiry, serverFP})
 	}
 	if st.Server != st.Root && st.Promote == st.Root {
 		moments = append(moments, Moment{st.RootAddedAt.Add(t.TrustPropagationDelay), StepSwitchPromoted, rootFP})
