@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 )
@@ -138,22 +133,15 @@ func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, names []st
 // default.
 const floorBurst = 10
 
-// floorTrigger sets Issuing on every Certificate of names the cheapest way
-// a client can: one list, then one status update each from the listed
-// copy, paced by a token bucket at the benchmark's rate (the same as
-// dualca's --renewal-qps) over as many workers as dualca's renewer. A
-// conflict (cert-manager wrote the Certificate since the list) costs a
-// read and a second update, as it does dualca. It returns once every
-// trigger is written.
+// floorWorkers is the number of workers of dualca's renewer.
+const floorWorkers = 8
+
+// floorTrigger sets Issuing on every Certificate of names the way an
+// operator's loop around `cmctl renew` would: read it, write the condition
+// (a conflict reads it again), paced by a token bucket at the benchmark's
+// rate (dualca's --renewal-qps) and burst over as many workers as dualca's
+// renewer. It returns once every trigger is written.
 func (b *bench) floorTrigger(ctx context.Context, ns string, names []string) error {
-	var list cmapi.CertificateList
-	if err := b.cluster.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return err
-	}
-	listed := make(map[string]*cmapi.Certificate, len(list.Items))
-	for i := range list.Items {
-		listed[list.Items[i].Name] = &list.Items[i]
-	}
 	limiter := rate.NewLimiter(rate.Limit(b.opts.qps), floorBurst)
 	work := make(chan string)
 	g, ctx := errgroup.WithContext(ctx)
@@ -174,41 +162,12 @@ func (b *bench) floorTrigger(ctx context.Context, ns string, names []string) err
 				if err := limiter.Wait(ctx); err != nil {
 					return err
 				}
-				crt, ok := listed[name]
-				if !ok {
-					return fmt.Errorf("certificate %s/%s not listed", ns, name)
-				}
-				if err := b.cluster.Client.Status().Update(ctx, issuingNow(crt)); err != nil {
-					if !apierrors.IsConflict(err) {
-						return fmt.Errorf("triggering %s/%s: %w", ns, name, err)
-					}
-					if err := b.cluster.Trigger(ctx, ns, name); err != nil {
-						return err
-					}
+				if err := b.cluster.Trigger(ctx, ns, name); err != nil {
+					return fmt.Errorf("floor: %w", err)
 				}
 			}
 			return nil
 		})
 	}
 	return g.Wait()
-}
-
-// floorWorkers is the number of workers of dualca's renewer.
-const floorWorkers = 8
-
-// issuingNow is crt with Issuing=True, reason ManuallyTriggered, as `cmctl
-// renew` writes it.
-func issuingNow(crt *cmapi.Certificate) *cmapi.Certificate {
-	out := crt.DeepCopy()
-	now := metav1.Now()
-	conds := out.Status.Conditions[:0]
-	for _, c := range out.Status.Conditions {
-		if c.Type != cmapi.CertificateConditionIssuing {
-			conds = append(conds, c)
-		}
-	}
-	out.Status.Conditions = append(conds, cmapi.CertificateCondition{Type: cmapi.CertificateConditionIssuing,
-		Status: cmmeta.ConditionTrue, Reason: "ManuallyTriggered", Message: "Re-issuance triggered by the floor",
-		LastTransitionTime: &now, ObservedGeneration: out.Generation})
-	return out
 }
