@@ -124,12 +124,18 @@ func (x *crossing) fingerprint(c *x509.Certificate) string {
 }
 
 // path is the longest path of links from server to the current root among
-// those found; if none reaches it, the longest partial one, completed by
-// the current root certifying where it ends.
+// those found; if none reaches it, or one that stops short is longer, the
+// longest partial one, completed by the current root certifying where it
+// ends.
 func (x *crossing) path(server *x509.Certificate) []link {
 	s := &pathSearch{x: x, end: server, visited: map[string]bool{x.fingerprint(server): true}}
 	s.walk(server, nil)
-	if s.complete != nil {
+	// A complete path shorter than one that stops short skips roots whose
+	// clients the longer one serves: a root along the old path expired and
+	// only a direct link reaches the current root. Those clients keep their
+	// path when the current root certifies where the longer one ends. (A
+	// rotation the server does not follow for long, paused, meets this.)
+	if s.complete != nil && len(s.complete) > len(s.partial) {
 		return s.complete
 	}
 	return append(s.partial, x.sign(s.end)...)

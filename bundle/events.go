@@ -19,7 +19,8 @@ const (
 	// ReasonServerSwitched: the server credential moved to the current root.
 	ReasonServerSwitched = "ServerSwitched"
 	// ReasonServerSwitchForced: the server credential moved before every
-	// client was ready, or replaced one found missing or changed by hand.
+	// client was ready (grace period over, server root expiring, or the
+	// operator's promote), or replaced one found missing or changed by hand.
 	ReasonServerSwitchForced = "ServerSwitchForced"
 	// ReasonRootRetired: a root left the trust bundle.
 	ReasonRootRetired = "RootRetired"
@@ -37,6 +38,14 @@ const (
 	// ReasonCrossSignFailed: a cross-certificate could not be issued, so
 	// clients of the new root may not verify the server until it switches.
 	ReasonCrossSignFailed = "CrossSignFailed"
+	// ReasonRotationPaused: the operator paused the rotation (`dualca
+	// pause`); a Warning when the annotation's value is not one dualca knows.
+	ReasonRotationPaused = "RotationPaused"
+	// ReasonRotationResumed: the operator resumed the rotation (`dualca resume`).
+	ReasonRotationResumed = "RotationResumed"
+	// ReasonPromoteIgnored: a promote was removed without effect: it named
+	// a root that is not the current one, or the server already presented it.
+	ReasonPromoteIgnored = "PromoteIgnored"
 )
 
 // Event is something a decision wants an operator to see. Messages name

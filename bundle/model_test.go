@@ -56,6 +56,10 @@ type model struct {
 	signatures *bundle.Signatures
 	// counters, to show the histories reached what they should
 	switches, forced, retired, renewals int
+	// the operator's actions, and what they made happen
+	pauses, resumes, promotes                    int
+	heldRenewals, promotedSwitches, pausedForced int
+	promotesIgnored                              int
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -66,6 +70,7 @@ func newModel(t *testing.T, seed uint64) *model {
 		tracked: seed%5 != 0,
 		timings: bundle.Timings{TrustPropagationDelay: 30 * time.Second, ServerSwitchGrace: 10 * time.Minute},
 		current: map[string]int{},
+		trace:   []string{fmt.Sprintf("seed %d (-model.seed=%d -model.histories=1 replays it)", seed, seed)},
 
 		signatures: bundle.NewSignatures(),
 	}
@@ -143,6 +148,7 @@ func (m *model) reconcile() {
 		return
 	}
 	m.checkInvariants(prev, d, root)
+	m.checkControls(prev, d, root)
 	for _, name := range d.Renew {
 		for _, c := range m.clients {
 			if c.name == name {
@@ -171,6 +177,8 @@ func (m *model) apply(d bundle.Decision) {
 			m.switches++
 		case bundle.ReasonServerSwitchForced:
 			m.forced++
+		case bundle.ReasonPromoteIgnored:
+			m.promotesIgnored++
 		case bundle.ReasonRootRetired:
 			m.retired++
 		}
@@ -274,6 +282,93 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		"invariant 7: clients renewed onto root %s before it is valid (%s < %s)", root.Cert.Subject.CommonName, m.now, root.Cert.NotBefore)
 }
 
+// checkControls checks that dualca obeys the operator: while paused no
+// client is renewed and the server moves only when it cannot wait (its root
+// expiring, its chain full) or on a promote, with a Warning; a promote is
+// one-shot: it is gone once the server presents the root it named, and it
+// never survives a newer root.
+func (m *model) checkControls(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	paused, _ := bundle.PauseRequested(prev.State.Paused)
+	moved := prev.Exists && prev.State.Strategy == bundle.StrategyZeroDowntime && m.gw.State.Server != prev.State.Server
+	promote := prev.State.Promote
+	if paused {
+		m.check(len(d.Renew) == 0, "paused: %d clients renewed", len(d.Renew))
+		if pending := d.State.Clients; pending != nil && pending.Pending > 0 && m.gw.State.Phase != bundle.PhaseBundle {
+			m.heldRenewals++
+		}
+	}
+	var forcedWhy string
+	for _, e := range d.Events {
+		if e.Reason == bundle.ReasonServerSwitchForced || e.Reason == bundle.ReasonServerSwitched {
+			forcedWhy = e.Message
+			m.check(!paused || e.Warning || strings.Contains(e.Message, "promoted"), "paused: a planned switch: %s", e.Message)
+		}
+	}
+	promoted := strings.Contains(forcedWhy, "promoted by the operator")
+	if moved && paused {
+		m.check(forcedWhy != "", "paused: the server moved without an event")
+		if !promoted {
+			m.pausedForced++
+			m.check(strings.Contains(forcedWhy, "expires") || strings.Contains(forcedWhy, "cross-certificates"),
+				"paused: the server moved for another reason than its root expiring: %s", forcedWhy)
+		}
+	}
+	if promoted {
+		m.promotedSwitches++
+		m.check(moved && promote == root.Fingerprint, "a promote switch without a promote of the current root")
+	}
+	if moved && promote == root.Fingerprint && !promoted && !m.now.Before(m.gw.State.RootAddedAt.Add(m.timings.TrustPropagationDelay)) {
+		m.check(forcedWhy != "", "the server moved with a promote pending, without an event")
+	}
+	// One-shot: a promote left on the Secret names the current root, which
+	// the server does not present yet.
+	if p := m.gw.State.Promote; p != "" {
+		m.check(p == root.Fingerprint && m.gw.State.Server != root.Fingerprint,
+			"a promote outlived its use: promote %s, root %s, server %s", bundle.Short(p), bundle.Short(root.Fingerprint), bundle.Short(m.gw.State.Server))
+	}
+	if moved && promote != "" {
+		m.check(m.gw.State.Promote == "", "the switch did not consume the promote")
+	}
+	// A pause is recorded once obeyed, and forgotten once lifted.
+	now, _ := bundle.PauseRequested(m.gw.State.Paused)
+	m.check(now == !m.gw.State.PausedAt.IsZero(), "paused=%v but paused-at %v", now, m.gw.State.PausedAt)
+}
+
+// operate is what `dualca pause`, `dualca resume` and `dualca promote` do:
+// patch an annotation of the gateway Secret, whatever dualca is doing.
+func (m *model) operate(n int) {
+	if m.annots == nil {
+		m.annots = map[string]string{}
+	}
+	switch n {
+	case 0, 1:
+		v := bundle.PausedTrue
+		if m.rng.IntN(5) == 0 {
+			v = "yes" // not a value dualca knows: read as paused, with a Warning
+		}
+		m.annots[bundle.AnnotationPaused] = v
+		m.pauses++
+		m.trace = append(m.trace, "operator: pause ("+v+")")
+	case 2, 3:
+		if m.rng.IntN(4) == 0 {
+			m.annots[bundle.AnnotationPaused] = bundle.PausedFalse
+		} else {
+			delete(m.annots, bundle.AnnotationPaused)
+		}
+		m.resumes++
+		m.trace = append(m.trace, "operator: resume")
+	default:
+		// The current root as the gateway records it, as `dualca promote`
+		// reads it: a root newer than the record makes the promote stale.
+		if fp := m.gw.State.Root; fp != "" {
+			m.annots[bundle.AnnotationPromote] = fp
+			m.promotes++
+			m.trace = append(m.trace, "operator: promote "+bundle.Short(fp))
+		}
+	}
+	m.gw.State = bundle.ParseState(m.annots)
+}
+
 // verify is verifyServer of the gateway's credential, remembered.
 func (m *model) verify(trust *x509.Certificate, at time.Time) error {
 	key := [2]string{bundle.Hash(m.gw.CertPEM), bundle.Fingerprint(trust)}
@@ -297,7 +392,9 @@ func (m *model) check(ok bool, format string, args ...any) {
 
 // step does one random thing to the world and reconciles.
 func (m *model) step() {
-	switch n := m.rng.IntN(100); {
+	switch n := m.rng.IntN(106); {
+	case n >= 100:
+		m.operate(n - 100)
 	case n < 8:
 		m.rotate()
 		m.trace = append(m.trace, "rotate to "+m.root.Cert.Subject.CommonName)
@@ -363,6 +460,10 @@ func (m *model) step() {
 // must end on the current root, the server on it, and old roots retired.
 func (m *model) settle() {
 	m.legacy, m.rootBad = false, false
+	if m.annots != nil {
+		delete(m.annots, bundle.AnnotationPaused)
+		m.gw.State = bundle.ParseState(m.annots)
+	}
 	for _, c := range m.clients {
 		c.broken = false
 	}
@@ -425,11 +526,25 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.retired += m.retired
 		total.rotation += m.rotation
 		total.renewals += m.renewals
+		total.pauses += m.pauses
+		total.resumes += m.resumes
+		total.promotes += m.promotes
+		total.heldRenewals += m.heldRenewals
+		total.promotedSwitches += m.promotedSwitches
+		total.pausedForced += m.pausedForced
+		total.promotesIgnored += m.promotesIgnored
 	}
 	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
 		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)
+	t.Logf("operator: %d pause, %d resume, %d promote steps; %d decisions held renewals while paused, %d switches promoted, %d forced while paused (server root expiring), %d promotes ignored (stale or moot)",
+		total.pauses, total.resumes, total.promotes, total.heldRenewals, total.promotedSwitches, total.pausedForced, total.promotesIgnored)
 	// The histories must reach every branch the invariants are about.
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {
 		t.Fatalf("the random histories missed a branch: switches=%d forced=%d retired=%d", total.switches, total.forced, total.retired)
+	}
+	if total.pauses == 0 || total.resumes == 0 || total.promotes == 0 || total.heldRenewals == 0 || total.promotedSwitches == 0 ||
+		total.pausedForced == 0 || total.promotesIgnored == 0 {
+		t.Fatalf("the random histories missed an operator branch: pauses=%d resumes=%d promotes=%d held=%d promoted=%d pausedForced=%d ignored=%d",
+			total.pauses, total.resumes, total.promotes, total.heldRenewals, total.promotedSwitches, total.pausedForced, total.promotesIgnored)
 	}
 }

@@ -2,42 +2,102 @@ package bundle
 
 import (
 	"crypto/x509"
+	"slices"
 	"time"
 )
 
-// nextCheck is the first moment after now at which time alone changes what
-// Plan decides: the end of the propagation delay or of the grace period,
-// the server root entering its expiry margin, a root in the bundle or a
-// client's leaf expiring. Certificates are valid through NotAfter (whole
-// seconds), hence the second added to the expiry moments.
-func nextCheck(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time) time.Time {
-	var next time.Time
-	// Each moment is weighed as it comes: one per client leaf, so a list
-	// of them would be the decision's largest allocation.
-	consider := func(m time.Time) {
-		if m.After(now) && (next.IsZero() || m.Before(next)) {
-			next = m
-		}
-	}
-	consider(st.RootAddedAt.Add(t.TrustPropagationDelay))
-	consider(server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second))
+// Step names what happens at a Moment, stable for scripts reading
+// `dualca status -o json`.
+type Step string
+
+// The moments at which time alone changes what Plan decides.
+const (
+	// StepRenewalsStart: the propagation delay after the root entered the
+	// bundle ends; clients are renewed from then (held while paused).
+	StepRenewalsStart Step = "renewals-start"
+	// StepSwitchClientsReady: every client has been on the root for the
+	// propagation delay; the server switches.
+	StepSwitchClientsReady Step = "switch-clients-ready"
+	// StepSwitchGrace: the grace period ends; the server switches, forced
+	// if clients are pending.
+	StepSwitchGrace Step = "switch-grace"
+	// StepSwitchPromoted: the operator's promote takes effect.
+	StepSwitchPromoted Step = "switch-promoted"
+	// StepSwitchServerExpiry: the server root enters its expiry margin; the
+	// server switches, paused or not.
+	StepSwitchServerExpiry Step = "switch-server-expiry"
+	// StepRetire: the propagation delay after the switch ends; roots no
+	// client uses leave the bundle.
+	StepRetire Step = "retire"
+	// StepRootValid: a root of the bundle becomes valid (an issuer whose
+	// clock runs ahead).
+	StepRootValid Step = "root-valid"
+	// StepRootExpiry: a root of the bundle expires and leaves it.
+	StepRootExpiry Step = "root-expiry"
+	// StepLeafExpiry: the first client leaf expires; a root kept for it
+	// may leave the bundle.
+	StepLeafExpiry Step = "leaf-expiry"
+)
+
+// Moment is a time at which Plan's decision can change by time alone, and
+// what happens then.
+type Moment struct {
+	At   time.Time `json:"at"`
+	Step Step      `json:"step"`
+	// Root is the fingerprint of the root the step is about, if one.
+	Root string `json:"root,omitempty"`
+}
+
+// upcoming lists the moments after now at which time alone changes what
+// Plan decides, earliest first: the end of the propagation delay or of the
+// grace period, the server root entering its expiry margin, a root in the
+// bundle becoming valid or expiring, the first client leaf expiring. While
+// paused, the readiness and grace switches are not among them: they wait
+// for a resume. Certificates are valid through NotAfter (whole seconds),
+// hence the second added to the expiry moments. Its first moment is
+// Decision.NextCheck.
+func upcoming(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
+	serverFP, rootFP := clients.Signatures.fingerprint(server), st.Root
+	moments := []Moment{{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP}}
 	if st.Server != st.Root {
-		consider(st.RootAddedAt.Add(t.ServerSwitchGrace))
+		// A server on the current root has nowhere to switch to.
+		moments = append(moments, Moment{server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second), StepSwitchServerExpiry, serverFP})
 	}
-	if !st.ClientsReadyAt.IsZero() {
-		consider(st.ClientsReadyAt.Add(t.TrustPropagationDelay))
+	if st.Server != st.Root && st.Promote == st.Root {
+		moments = append(moments, Moment{st.RootAddedAt.Add(t.TrustPropagationDelay), StepSwitchPromoted, rootFP})
+	}
+	if st.Server != st.Root && !paused {
+		moments = append(moments, Moment{st.RootAddedAt.Add(t.ServerSwitchGrace), StepSwitchGrace, rootFP})
+	}
+	if !st.ClientsReadyAt.IsZero() && !paused {
+		moments = append(moments, Moment{st.ClientsReadyAt.Add(t.TrustPropagationDelay), StepSwitchClientsReady, rootFP})
 	}
 	if clients.Tracked {
-		consider(st.SwitchedAt.Add(t.TrustPropagationDelay))
+		moments = append(moments, Moment{st.SwitchedAt.Add(t.TrustPropagationDelay), StepRetire, serverFP})
+		var first time.Time
 		for _, c := range clients.Items {
 			if c.Leaf != nil {
-				consider(c.Leaf.NotAfter.Add(time.Second))
+				if at := c.Leaf.NotAfter.Add(time.Second); at.After(now) && (first.IsZero() || at.Before(first)) {
+					first = at
+				}
 			}
 		}
+		moments = append(moments, Moment{first, StepLeafExpiry, ""})
 	}
 	for _, c := range kept {
-		consider(c.NotBefore)
-		consider(c.NotAfter.Add(time.Second))
+		fp := clients.Signatures.fingerprint(c)
+		moments = append(moments, Moment{c.NotBefore, StepRootValid, fp}, Moment{c.NotAfter.Add(time.Second), StepRootExpiry, fp})
 	}
-	return next
+	moments = slices.DeleteFunc(moments, func(m Moment) bool { return !m.At.After(now) })
+	// Stable: equal moments keep the order above, the more telling first.
+	slices.SortStableFunc(moments, func(a, b Moment) int { return a.At.Compare(b.At) })
+	return moments
+}
+
+// nextCheck is the first of moments; zero if none.
+func nextCheck(moments []Moment) time.Time {
+	if len(moments) == 0 {
+		return time.Time{}
+	}
+	return moments[0].At
 }

@@ -44,6 +44,13 @@ func TestPlanNextCheck(t *testing.T) {
 			now:     testNow,
 			want:    testNow.Add(55 * time.Minute),
 		},
+		"paused, the end of the grace period is no moment: the next is the first leaf expiry": {
+			gw: operated(gatewaySecret{server: f.r1, roots: list(f.r2, f.r1), root: f.r2, addedAt: testNow.Add(-5 * time.Minute), switchedAt: testNow.Add(-2 * h)}.gateway(),
+				bundle.AnnotationPaused, bundle.PausedTrue, bundle.AnnotationPausedAt, testNow.Add(-time.Minute).Format(time.RFC3339)),
+			clients: tracked(onR1),
+			now:     testNow,
+			want:    testNow.Add(2*h + time.Second),
+		},
 		"untracked clients: before the switch the next check is the end of the grace period": {
 			gw:      gatewaySecret{server: f.r1, roots: list(f.r2, f.r1), root: f.r2, addedAt: testNow.Add(-5 * time.Minute), switchedAt: testNow.Add(-2 * h)}.gateway(),
 			clients: bundle.Clients{},

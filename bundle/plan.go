@@ -37,6 +37,11 @@ type Decision struct {
 	// alone (a delay or grace period ends, a root expires); zero if none.
 	// The syncer reconciles again then, instead of waiting for the poll.
 	NextCheck time.Time
+	// Upcoming are the moments at which time alone changes the decision,
+	// earliest first, each with what happens then: NextCheck is the first.
+	// `dualca status` shows them, so what it says comes next is what Plan
+	// decides, not a guess made apart.
+	Upcoming []Moment
 	// Roots and Leaf are CAPEM's roots and CertPEM's first certificate,
 	// parsed, when the strategy has them at hand: whoever reports on the
 	// decision need not parse them again. nil when it has not.
@@ -58,12 +63,15 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	p := newPlanning(gw, root, clients, t, now)
 	trusted := p.trustedRoots()
 	st := p.startRotation(trusted)
+	p.paused = p.control(&st)
 	found := p.recordedServer(trusted)
 	serverRoot := found.rootOrNil()
 	st.ClientsReadyAt = p.clientsReadyAt(st, serverRoot)
-	if p.switchServer(&st, found) {
+	switched := p.switchServer(&st, found)
+	if switched {
 		serverRoot, found = root.Cert, nil
 	}
+	p.settlePromote(&st, serverRoot, switched)
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
 	cred := p.credential(found, serverRoot, kept)
 	caPEM := gw.Parsed.encode(kept)
@@ -88,7 +96,9 @@ type planning struct {
 	edited bool
 	// progress is the clients' progress toward the current root.
 	progress Progress
-	events   []Event
+	// paused: the operator holds the rotation (control.go).
+	paused bool
+	events []Event
 }
 
 func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) *planning {
@@ -112,8 +122,10 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 		st.BundleRoots = append(st.BundleRoots, sigs.fingerprint(c))
 	}
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
+	st.Timings = p.t
+	upcoming := upcoming(st, serverRoot, kept, p.clients, p.t, p.now, p.paused)
 	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
-		NextCheck: nextCheck(st, serverRoot, kept, p.clients, p.t, p.now), Roots: kept, Leaf: cred.leaf}
+		NextCheck: nextCheck(upcoming), Upcoming: upcoming, Roots: kept, Leaf: cred.leaf}
 	p.gw.Parsed.written(d.CAPEM, kept, d.CertPEM, cred.chain())
 	if p.clients.Tracked {
 		progress := p.progress

@@ -11,12 +11,13 @@ import (
 // Clients are moved to the current root once the gateway trusts it (the
 // phase is past Bundle), and also after a forced switch, since the ones left
 // behind still need it; never onto a root that is not valid yet
-// (notyetvalid.go). Every tracked client not on the root is due, in a stable
+// (notyetvalid.go), and not while the operator holds the rotation
+// (control.go). Every tracked client not on the root is due, in a stable
 // order; the syncer paces the renewals and skips those in flight.
 
 // renewals lists the clients due for re-issuance now, given the phase.
 func (p *planning) renewals(phase Phase) []string {
-	if phase == PhaseBundle || notYetValid(p.root.Cert, p.now) {
+	if phase == PhaseBundle || p.paused || notYetValid(p.root.Cert, p.now) {
 		return nil
 	}
 	return due(p.clients, p.root.Cert, p.now)

@@ -25,6 +25,9 @@ const (
 	AnnotationBundleRoots      = AnnotationPrefix + "bundle-roots"
 	AnnotationClients          = AnnotationPrefix + "clients"
 	AnnotationClientsReadyAt   = AnnotationPrefix + "clients-ready-at"
+	// AnnotationTimings records the Timings the decisions are made with,
+	// so that `dualca status` decides what comes next exactly as dualca does.
+	AnnotationTimings = AnnotationPrefix + "timings"
 )
 
 // Strategy names, as recorded in AnnotationStrategy.
@@ -75,6 +78,13 @@ type State struct {
 	BundleHash     string    // Hash of ca.crt as dualca wrote it
 	BundleRoots    []string  // fingerprints of the roots in ca.crt, in order
 	Clients        *Progress // nil when client renewal is not tracked
+	// Timings are those the decision was made with; zero when not recorded.
+	Timings Timings
+	// Paused and Promote are the operator's AnnotationPaused and
+	// AnnotationPromote as found, verbatim (see control.go).
+	Paused, Promote string
+	// PausedAt is when dualca first obeyed the pause; zero when not paused.
+	PausedAt time.Time
 }
 
 // ParseState reads State from annotations; unknown or malformed values are
@@ -90,6 +100,10 @@ func ParseState(annotations map[string]string) State {
 		SwitchedAt:     parseTime(annotations[AnnotationServerSwitchedAt]),
 		ClientsReadyAt: parseTime(annotations[AnnotationClientsReadyAt]),
 		BundleHash:     annotations[AnnotationBundleHash],
+		Timings:        parseTimings(annotations[AnnotationTimings]),
+		Paused:         annotations[AnnotationPaused],
+		Promote:        annotations[AnnotationPromote],
+		PausedAt:       parseTime(annotations[AnnotationPausedAt]),
 	}
 	if s.Strategy != StrategyZeroDowntime && s.Strategy != StrategyLegacy {
 		s.Strategy = ""
@@ -132,6 +146,10 @@ func (s State) Annotations() map[string]string {
 	if s.Clients != nil {
 		set(AnnotationClients, s.Clients.String())
 	}
+	set(AnnotationTimings, formatTimings(s.Timings))
+	set(AnnotationPaused, s.Paused)
+	set(AnnotationPromote, s.Promote)
+	set(AnnotationPausedAt, formatTime(s.PausedAt))
 	return a
 }
 

@@ -75,11 +75,18 @@ func (p *planning) decideSwitch(server *x509.Certificate, links int, st State) s
 	case Fingerprint(server) == root.Fingerprint:
 		return switchDecision{}
 	case now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter):
-		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339))
+		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339) + p.despitePause())
 	case notYetValid(root.Cert, now):
 		return switchDecision{}
 	case links >= MaxServerChainLinks:
-		return forced(fmt.Sprintf("the server chain holds %d cross-certificates, the most dualca sends, one per rotation the server did not follow", links))
+		return forced(fmt.Sprintf("the server chain holds %d cross-certificates, the most dualca sends, one per rotation the server did not follow", links) + p.despitePause())
+	case p.promoted(st, server):
+		if now.Sub(st.RootAddedAt) < t.TrustPropagationDelay {
+			return switchDecision{} // the gateway loads the root first
+		}
+		return p.promotedSwitch()
+	case p.paused:
+		return switchDecision{}
 	case p.clients.Tracked:
 		return p.switchForClients(st)
 	case now.Sub(st.RootAddedAt) >= t.ServerSwitchGrace:
@@ -102,6 +109,14 @@ func (p *planning) switchForClients(st State) switchDecision {
 		return forced(fmt.Sprintf("grace period %s is over with %d clients not on the new root", p.t.ServerSwitchGrace, p.progress.Pending+p.progress.Failed))
 	}
 	return switchDecision{}
+}
+
+// despitePause says that a forced switch overrides the operator's pause.
+func (p *planning) despitePause() string {
+	if p.paused {
+		return " (the rotation is paused, but this cannot wait)"
+	}
+	return ""
 }
 
 func forced(why string) switchDecision {

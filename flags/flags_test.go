@@ -197,3 +197,27 @@ func TestAMalformedKeyIsNotAlsoMissing(t *testing.T) {
 		ContainSubstring("--poll-interval must be positive"),
 		Not(ContainSubstring("--root-secret is required")))))
 }
+
+func TestControlNeedsTheGatewayAndNothingElse(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"the gateway alone":                {args: []string{"--gateway-secret=agents/gw"}},
+		"no gateway":                       {args: []string{}, wantErr: "--gateway-secret is required"},
+		"a stray argument is named":        {args: []string{"--gateway-secret=agents/gw", "now"}, wantErr: `unexpected argument "now"`},
+		"a root secret is not its concern": {args: []string{"--gateway-secret=agents/gw", "--root-secret=a/b"}, wantErr: "flag provided but not defined: -root-secret"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			c, err := ParseControl("dualca pause", "holds the rotation", tc.args)
+			if tc.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(c.GatewaySecret.String()).To(Equal("agents/gw"))
+		})
+	}
+}

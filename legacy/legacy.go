@@ -26,7 +26,8 @@ import (
 // Plan returns the gateway Secret of the legacy strategy: tls.crt, tls.key
 // and ca.crt exactly as the root Secret has them. Only the strategy, the
 // root fingerprint and client progress are recorded, so that switching back
-// to zero-downtime adopts this Secret as a fresh start. Renew lists the
+// to zero-downtime adopts this Secret as a fresh start; the operator's
+// pause and promote are kept as found, not obeyed. Renew lists the
 // clients whose Secret holds a leaf not issued by the root: the syncer
 // deletes those Secrets.
 func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.Time) bundle.Decision {
@@ -38,6 +39,10 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.T
 			Strategy: bundle.StrategyLegacy,
 			Root:     root.Fingerprint,
 			Server:   root.Fingerprint,
+			// The operator's controls are not obeyed here, but kept for
+			// the zero-downtime strategy when it comes back.
+			Paused:  gw.State.Paused,
+			Promote: gw.State.Promote,
 		},
 	}
 	if clients.Tracked {

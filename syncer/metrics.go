@@ -35,6 +35,7 @@ type Metrics struct {
 	syncErrors     *prometheus.CounterVec
 	switchesForced prometheus.Counter
 	lastSync       prometheus.Gauge
+	paused         prometheus.Gauge
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -70,6 +71,8 @@ func NewMetrics() *Metrics {
 			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
+		paused: gauge("dualca_paused",
+			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
 	}
 }
 
@@ -83,7 +86,7 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
-		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync}
+		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.
@@ -158,6 +161,18 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 		}
 	}
 	m.lastSync.Set(float64(now.Unix()))
+	m.recordPause(d.State)
+}
+
+// recordPause sets dualca_paused from the state the decision obeys: the
+// legacy strategy keeps a pause for later but does not obey it.
+func (m *Metrics) recordPause(st bundle.State) {
+	paused, _ := bundle.PauseRequested(st.Paused)
+	if paused && st.Strategy == bundle.StrategyZeroDowntime {
+		m.paused.Set(1)
+		return
+	}
+	m.paused.Set(0)
 }
 
 func rootRole(fp string, st bundle.State) string {

@@ -45,6 +45,15 @@ type Report struct {
 	Root        *RootStatus      `json:"rootSecret,omitempty"`
 	Roots       []BundleRoot     `json:"roots"`
 	Clients     *bundle.Progress `json:"clients,omitempty"`
+	// Paused: an operator holds the rotation (dualca pause), since
+	// PausedAt when dualca has obeyed it. Promote is the root a pending
+	// promote names (12-character prefix).
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"pausedAt,omitempty"`
+	Promote  string     `json:"promote,omitempty"`
+	// Next is what comes next and when, as dualca decides it; nil when it
+	// cannot be told (see Next.Unknown otherwise).
+	Next *Next `json:"next,omitempty"`
 	// Attention lists what needs an operator; empty when all is well.
 	Attention []string `json:"attention"`
 }
@@ -92,8 +101,11 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 	if r.Strategy == "" {
 		r.Attention = append(r.Attention, "the gateway secret carries no dualca strategy annotation: not written by dualca yet")
 	}
+	r.addControls(st)
+	var root *bundle.Root
 	if o.RootSecret.Name != "" {
-		if err := r.readRoot(ctx, c, o.RootSecret, st, now); err != nil {
+		var err error
+		if root, err = r.readRoot(ctx, c, o.RootSecret, st, now); err != nil {
 			return nil, err
 		}
 	}
@@ -107,11 +119,14 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 	}
 	r.addRoots(gw, st, clients, now)
 	r.addClientAttention(st, o.StalledAfter, now)
+	r.Next = next(gatewayOf(gw, nil), root, clients, now)
 	return r, nil
 }
 
-// readRoot reads and validates the root Secret at key into the report.
-func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.NamespacedName, st bundle.State, now time.Time) error {
+// readRoot reads and validates the root Secret at key into the report, and
+// returns the root when it is usable.
+func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.NamespacedName, st bundle.State, now time.Time) (*bundle.Root, error) {
+	var usable *bundle.Root
 	r.Root = &RootStatus{Secret: key.String()}
 	s := &corev1.Secret{}
 	err := c.Get(ctx, key, s)
@@ -119,7 +134,7 @@ func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.Namesp
 	case apierrors.IsNotFound(err):
 		r.Root.Reason = "root secret not found"
 	case err != nil:
-		return fmt.Errorf("reading root secret %s: %w", key, err)
+		return nil, fmt.Errorf("reading root secret %s: %w", key, err)
 	default:
 		root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
 		var invalid *bundle.InvalidError
@@ -129,7 +144,7 @@ func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.Namesp
 		case err != nil:
 			r.Root.Reason = err.Error()
 		default:
-			r.Root.Valid, r.Root.Fingerprint = true, bundle.Short(root.Fingerprint)
+			r.Root.Valid, r.Root.Fingerprint, usable = true, bundle.Short(root.Fingerprint), root
 			if root.Fingerprint != st.Root {
 				r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
 			}
@@ -138,7 +153,7 @@ func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.Namesp
 	if !r.Root.Valid {
 		r.Attention = append(r.Attention, "invalid root: "+r.Root.Reason)
 	}
-	return nil
+	return usable, nil
 }
 
 // addRoots reports the roots of the gateway's ca.crt and, when clients
@@ -204,6 +219,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Clients != nil {
 		_, _ = fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
 	}
+	r.writeControls(tw)
+	r.Next.writeText(tw)
 	_ = tw.Flush() // its errors are p's, kept in p.err
 	_, _ = fmt.Fprintln(p)
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)

@@ -2,8 +2,9 @@
 // rotating it without downtime. See the README for what it does and why.
 //
 // `dualca status` shows where a gateway stands instead, and exits non-zero
-// when something needs attention; `dualca version` says which dualca this
-// is.
+// when something needs attention; `dualca pause`, `dualca resume` and
+// `dualca promote` steer a rotation; `dualca version` says which dualca
+// this is.
 package main
 
 import (
@@ -25,7 +26,12 @@ and rotates the root without cutting off a single client.
 Usage:
   dualca [run] [flags]     run the controller (the default command); its flags are below
   dualca status [flags]    show the roots in the gateway's bundle, the phase and client
-                           renewals; exit 1 when something needs attention (status --help)
+                           renewals, what comes next and when; exit 1 when something needs
+                           attention (status --help)
+  dualca pause [flags]     hold a rotation: no client renewal, no server switch (unless its
+                           root is about to expire) until resume (pause --help)
+  dualca resume [flags]    let a paused rotation go on
+  dualca promote [flags]   switch the server to the current root now, clients pending or not
   dualca version           print the version, the source commit and the Go version
   dualca help              print this help
 
@@ -55,6 +61,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "status":
 		return status(ctrl.SetupSignalHandler(), args, stdout, stderr)
+	case "pause", "resume", "promote":
+		return control(ctrl.SetupSignalHandler(), cmd, args, stdout, stderr)
 	case "version":
 		_, _ = fmt.Fprintln(stdout, currentBuild())
 		return 0
@@ -62,7 +70,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		printUsage(stdout)
 		return 0
 	default:
-		_, _ = fmt.Fprintf(stderr, "dualca: unknown command %q: want run, status, version or help (dualca --help)\n", cmd)
+		_, _ = fmt.Fprintf(stderr, "dualca: unknown command %q: want run, status, pause, resume, promote, version or help (dualca --help)\n", cmd)
 		return 2
 	}
 }

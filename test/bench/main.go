@@ -95,8 +95,16 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run one measurement only ("+strings.Join(stepNames(), ", ")+"); the report is printed, not written")
 	var scale intList
 	flag.Var(&scale, "scale", "with -only scale: the client counts to measure instead of the run's (comma-separated)")
+	fanout := flag.Int("fanout", 0, "with -only cert-manager: the clients cert-manager re-issues instead of the run's")
 	flag.Parse()
 	o.defaults()
+	if *fanout > 0 {
+		if o.only != "cert-manager" {
+			fmt.Fprintln(os.Stderr, "bench: -fanout is for -only cert-manager")
+			os.Exit(2)
+		}
+		o.fanout = *fanout
+	}
 	if len(scale) > 0 {
 		if o.only != "scale" {
 			fmt.Fprintln(os.Stderr, "bench: -scale is for -only scale: a report's scale curve has the run's own sizes")

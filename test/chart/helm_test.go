@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -109,14 +110,28 @@ func all[T any](g Gomega, m manifest, kind string) []*T {
 	return out
 }
 
-// roleRules are the rules of each Role, by namespace.
+// roleRules are the rules of each of dualca's Roles, by namespace (the
+// operator's Role, see operatorRole, apart).
 func (m manifest) roleRules(g Gomega) map[string][]rbacv1.PolicyRule {
 	out := map[string][]rbacv1.PolicyRule{}
 	for _, r := range all[rbacv1.Role](g, m, "Role") {
+		if strings.HasSuffix(r.Name, "-operator") {
+			continue
+		}
 		g.Expect(out).NotTo(HaveKey(r.Namespace), "one Role per namespace")
 		out[r.Namespace] = r.Rules
 	}
 	return out
+}
+
+// operatorRole is the operator's Role, nil when there is none.
+func (m manifest) operatorRole(g Gomega) *rbacv1.Role {
+	for _, r := range all[rbacv1.Role](g, m, "Role") {
+		if strings.HasSuffix(r.Name, "-operator") {
+			return r
+		}
+	}
+	return nil
 }
 
 // deployment is the one Deployment.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,7 +136,7 @@ func TestTemplate(t *testing.T) {
 				g.Expect(m.kinds()).To(ConsistOf(
 					"ServiceAccount dualca/dualca", "Service dualca/dualca", "Deployment dualca/dualca",
 					"Role cert-manager/dualca", "RoleBinding cert-manager/dualca",
-					"Role istio-system/dualca", "RoleBinding istio-system/dualca"))
+					"Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"))
 				g.Expect(m.roleRules(g)).To(HaveLen(2))
 				g.Expect(m.roleRules(g)["cert-manager"]).To(ConsistOf(rules(rootRules, eventRules)))
 				g.Expect(m.roleRules(g)["istio-system"]).To(ConsistOf(rules(gatewayRules, eventRules)))
@@ -329,7 +330,40 @@ extraArgs: [--zap-devel]
 			check: func(g *WithT, m manifest) {
 				g.Expect(m.kinds()).To(ConsistOf("ServiceAccount dualca/dualca",
 					"Role cert-manager/dualca", "RoleBinding cert-manager/dualca",
-					"Role istio-system/dualca", "RoleBinding istio-system/dualca"))
+					"Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"))
+			},
+		},
+		"the operator's Role: get and patch of the gateway Secret by name, bound to the subjects given": {
+			values: minimal + "\noperatorRole: {subjects: [{kind: Group, name: oncall, apiGroup: rbac.authorization.k8s.io}]}\n",
+			check: func(g *WithT, m manifest) {
+				r := m.operatorRole(g)
+				g.Expect(r).NotTo(BeNil())
+				g.Expect(r.Namespace).To(Equal("istio-system"), "beside the gateway Secret")
+				g.Expect(r.Rules).To(ConsistOf(secretsNamed("agents-gateway-credential", "get", "patch")))
+				var bound []rbacv1.Subject
+				for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
+					if b.Name != "dualca-operator" {
+						g.Expect(b.Subjects).NotTo(ContainElement(HaveField("Name", "oncall")), "the operators are not bound to dualca's Roles")
+						continue
+					}
+					g.Expect(b.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dualca-operator"}))
+					bound = append(bound, b.Subjects...)
+				}
+				g.Expect(bound).To(ConsistOf(rbacv1.Subject{Kind: "Group", Name: "oncall", APIGroup: rbacv1.GroupName}))
+				for _, rs := range m.roleRules(g) {
+					for _, rule := range rs {
+						if slices.Contains(rule.Resources, "secrets") {
+							g.Expect(rule.Verbs).NotTo(ContainElement("patch"), "dualca itself never patches a Secret: it reads the controls")
+						}
+					}
+				}
+			},
+		},
+		"no operator's Role when turned off": {
+			values: minimal + "\noperatorRole: {create: false, subjects: [{kind: User, name: alice}]}\n",
+			check: func(g *WithT, m manifest) {
+				g.Expect(m.operatorRole(g)).To(BeNil())
+				g.Expect(m.kinds()).NotTo(ContainElement(ContainSubstring("operator")))
 			},
 		},
 	}
@@ -485,7 +519,7 @@ spec:
 
 	m, err := render(t, gateway, "")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(m.kinds()).To(ConsistOf("Deployment dualca/gateway", "Role istio-system/dualca", "RoleBinding istio-system/dualca"),
+	g.Expect(m.kinds()).To(ConsistOf("Deployment dualca/gateway", "Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"),
 		"the gateway runs dualca: no Deployment nor ServiceAccount of dualca's own")
 	pod := m.deployment(g).Spec.Template.Spec
 	g.Expect(pod.Containers).To(HaveLen(2))

@@ -470,9 +470,10 @@ var panelChecks = map[string]func(g Gomega, r panelResults){
 	"Forced server switches": func(g Gomega, r panelResults) {
 		g.Expect(float64(r["A"].after[0].Value)).To(BeZero(), "every client was ready before the switch")
 	},
-	"Root and last sync": func(g Gomega, r panelResults) {
+	"Root, last sync, pause": func(g Gomega, r panelResults) {
 		g.Expect(float64(r["A"].after[0].Value)).To(BeEquivalentTo(1))
 		g.Expect(float64(r["B"].after[0].Value)).To(And(BeNumerically(">=", 0), BeNumerically("<", 30)))
+		g.Expect(float64(r["C"].after[0].Value)).To(BeZero(), "nobody paused the rotation")
 	},
 }
 

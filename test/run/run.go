@@ -112,6 +112,16 @@ func (d *Dualca) Synced() bool {
 	return len(ms) == 1 && ms[0].GetGauge().GetValue() > 0
 }
 
+// Gauge is the value of dualca's gauge name, which has no labels; -1 when
+// it has no series.
+func (d *Dualca) Gauge(name string) float64 {
+	f := d.family(name)
+	if f == nil || len(f.GetMetric()) != 1 {
+		return -1
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
+}
+
 // family is one of dualca's metric families now; nil when it has no series.
 func (d *Dualca) family(name string) *dto.MetricFamily {
 	fams, err := d.metrics.Gather()
