@@ -111,19 +111,21 @@ type cutoffs struct {
 // longest is the longest cut-off after the gateway Secret named its root:
 // the gateway's reload lag.
 func (c cutoffs) longest() time.Duration {
-	var l time.Duration
-	for _, k := range c.all {
-		l = max(l, k.window-k.unbundled)
-	}
-	return l
+	return c.longestOf(func(k cutoff) time.Duration { return k.window - k.unbundled })
 }
 
 // longestUnbundled is the longest a cut-off lasted before a gateway
 // Secret version named its root.
 func (c cutoffs) longestUnbundled() time.Duration {
+	return c.longestOf(func(k cutoff) time.Duration { return k.unbundled })
+}
+
+// longestOf is the largest part of a cut-off that part measures; 0 with
+// none.
+func (c cutoffs) longestOf(part func(cutoff) time.Duration) time.Duration {
 	var l time.Duration
 	for _, k := range c.all {
-		l = max(l, k.unbundled)
+		l = max(l, part(k))
 	}
 	return l
 }
