@@ -115,7 +115,7 @@ soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at r
 		2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: bench
-bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md and docs/benchmarks.png (about 30 min; QUICK=1: a few minutes, not a final report)
+bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md and docs/benchmarks.png (within 45 min; QUICK=1: a few minutes, not a final report)
 	$(GO) run ./test/bench -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
 
 .PHONY: clean

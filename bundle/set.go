@@ -85,9 +85,11 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 // roots of one CA share a subject name, so without it thousands of clients
 // would cost thousands of public-key operations per reconcile. A result is
 // a pure function of the two certificates' bytes, so it never goes stale:
-// whoever decides repeatedly (the syncer, for as long as it runs) keeps one
-// and hands it to the decisions in Clients. It is safe for concurrent use;
-// a nil *Signatures checks every time and remembers nothing.
+// whoever decides repeatedly (the syncer, for as long as it runs) keeps one,
+// hands it to the decisions in Clients and calls Advance before each, so
+// that what the decisions stopped asking about (a leaf replaced by a
+// renewal, a retired root) is forgotten. It is safe for concurrent use; a
+// nil *Signatures checks every time and remembers nothing.
 //
 // It also remembers the key that verified each certificate: a signature
 // verified by one key is not checked again against a root with another key
@@ -102,36 +104,53 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 // hashing each again for every pair was most of what a reconcile at rest
 // cost once the signatures were remembered.
 type Signatures struct {
-	mu     sync.Mutex
-	seen   map[[2][sha256.Size]byte]bool
-	signer map[[sha256.Size]byte][sha256.Size]byte // certificate → the key that verified it
-	// digests are the SHA-256 of each certificate's Raw and of its
-	// RawSubjectPublicKeyInfo, by address.
-	digests map[*x509.Certificate]*certDigest
+	mu      sync.Mutex
+	gen     uint64 // the generation (see Advance)
+	seen    aging[[2][sha256.Size]byte, bool]
+	signer  aging[[sha256.Size]byte, [sha256.Size]byte] // certificate → the key that verified it
+	digests aging[*x509.Certificate, certDigest]
 }
 
-// certDigest is what Signatures hashes of a certificate.
+// certDigest is what Signatures hashes of a certificate: the SHA-256 of
+// its Raw and of its RawSubjectPublicKeyInfo.
 type certDigest struct {
 	raw, key [sha256.Size]byte
 	fp       string // Fingerprint, once asked for
 }
 
 // maxDigests bounds the certificates whose digests a Signatures keeps (and
-// keeps alive): the clients' leaves and a bundle's roots several times
-// over. When full it starts again empty.
-const maxDigests = 1 << 12
+// keeps alive) within one generation: the clients' leaves and a bundle's
+// roots several times over. When full it starts again empty.
+const maxDigests = 1 << 17
 
-// maxSignatures bounds the memory of a Signatures: about 100 bytes an
-// entry, 26 MB when full. A reconcile asks about each client's leaf and
-// each root of the bundle (the per-root client gauge does), so the bound
-// must hold every pair at once: when the pairs outnumber it, every
-// reconcile refills it and checks every signature again. 2^18 holds 50,000
-// clients with five roots.
+// maxSignatures bounds the pairs a Signatures remembers within one
+// generation: about 150 bytes an entry, 40 MB when full. A reconcile asks
+// about each client's leaf and each root of the bundle (the per-root
+// client gauge does), so the bound must hold every pair at once: when the
+// pairs outnumber it, every reconcile refills it and checks every
+// signature again. 2^18 holds 50,000 clients with five roots.
 const maxSignatures = 1 << 18
 
 // NewSignatures returns an empty Signatures.
 func NewSignatures() *Signatures {
-	return &Signatures{seen: map[[2][sha256.Size]byte]bool{}, signer: map[[sha256.Size]byte][sha256.Size]byte{}}
+	return &Signatures{}
+}
+
+// Advance starts a generation: what was not asked about in it or in the one
+// before leaves at the next sweep, so a Signatures holds what the decisions
+// use now (the leaves clients present, the roots and cross-certificates the
+// gateway holds), not every certificate it ever saw. Whoever decides
+// repeatedly calls it once per decision: the syncer, at each reconcile.
+func (s *Signatures) Advance() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.seen.sweep(s.gen)
+	s.signer.sweep(s.gen)
+	s.digests.sweep(s.gen)
 }
 
 // ChainsTo is the package's ChainsTo, with the signature check remembered.
@@ -154,15 +173,11 @@ func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 // digest returns c's digests, computed once per address. The caller holds
 // s.mu.
 func (s *Signatures) digest(c *x509.Certificate) *certDigest {
-	if d, ok := s.digests[c]; ok {
+	if d := s.digests.get(c, s.gen); d != nil {
 		return d
 	}
-	if s.digests == nil || len(s.digests) >= maxDigests {
-		s.digests = map[*x509.Certificate]*certDigest{}
-	}
-	d := &certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo)}
-	s.digests[c] = d
-	return d
+	d := certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo)}
+	return s.digests.put(c, d, s.gen, maxDigests)
 }
 
 // fingerprint is Fingerprint, remembered by address; a nil s remembers
@@ -182,11 +197,16 @@ func (s *Signatures) fingerprint(c *x509.Certificate) string {
 
 func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	s.mu.Lock()
-	leafDigest, rootDigest := s.digest(leaf), s.digest(root)
-	key := [2][sha256.Size]byte{leafDigest.raw, rootDigest.raw}
-	rootKey := rootDigest.key
-	ok, found := s.seen[key]
-	signer, signed := s.signer[key[0]]
+	key := [2][sha256.Size]byte{s.digest(leaf).raw, s.digest(root).raw}
+	rootKey := s.digest(root).key
+	var found, ok, signed bool
+	var signer [sha256.Size]byte
+	if v := s.seen.get(key, s.gen); v != nil {
+		found, ok = true, *v
+	}
+	if v := s.signer.get(key[0], s.gen); v != nil {
+		signed, signer = true, *v
+	}
 	s.mu.Unlock()
 	switch {
 	case found:
@@ -197,16 +217,19 @@ func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 		ok = leaf.CheckSignatureFrom(root) == nil
 	}
 	s.mu.Lock()
-	if s.seen == nil || len(s.seen) >= maxSignatures {
-		// Simpler than an LRU, and a refill costs one pass.
-		s.seen, s.signer = map[[2][sha256.Size]byte]bool{}, map[[sha256.Size]byte][sha256.Size]byte{}
-	}
-	s.seen[key] = ok
+	s.seen.put(key, ok, s.gen, maxSignatures)
 	if ok {
-		s.signer[key[0]] = rootKey
+		s.signer.put(key[0], rootKey, s.gen, maxSignatures)
 	}
 	s.mu.Unlock()
 	return ok
+}
+
+// size is how many pairs and certificates s remembers.
+func (s *Signatures) size() (pairs, certificates int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen.len(), s.digests.len()
 }
 
 // Contains reports whether set holds a certificate with c's fingerprint.

@@ -264,6 +264,52 @@ func TestSignaturesRememberTheKeyThatSigned(t *testing.T) {
 	}
 }
 
+// TestSignaturesForgetWhatNoDecisionAsksAbout: a syncer runs for months,
+// and every rotation replaces every client's leaf and brings a root. A
+// Signatures that starts a generation before each decision holds what the
+// last decisions asked about, a few times over, not every leaf it ever
+// checked; and it still answers right after forgetting.
+func TestSignaturesForgetWhatNoDecisionAsksAbout(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	rng := rand.New(rand.NewPCG(15, 60))
+	roots := []*certs.CA{newRoot(t, "dualca root"), newRoot(t, "dualca root"), newRoot(t, "dualca root")}
+	const clients, renewedPerDecision, decisions = 40, 8, 150
+	leaves := make([]*certs.CA, clients)
+	signer := make([]int, clients)
+	renew := func(i int) {
+		signer[i] = rng.IntN(len(roots))
+		leaves[i] = newCert(t, "agent", certs.Options{}, roots[signer[i]])
+	}
+	for i := range leaves {
+		renew(i)
+	}
+	// What one decision asks about: every leaf against every root.
+	workingPairs, workingCerts := clients*len(roots), clients+len(roots)
+	sigs := bundle.NewSignatures()
+	asked := 0
+	for d := range decisions {
+		sigs.Advance()
+		for range renewedPerDecision {
+			renew(rng.IntN(clients))
+		}
+		for i, leaf := range leaves {
+			for j, root := range roots {
+				g.Expect(sigs.ChainsTo(leaf.Cert, root.Cert)).To(Equal(j == signer[i]), "decision %d: leaf %d against root %d", d, i, j)
+				asked++
+			}
+		}
+		pairs, certificates := bundle.SignaturesSize(sigs)
+		g.Expect(pairs).To(BeNumerically("<=", 3*workingPairs+bundle.MinSweep), "decision %d: pairs remembered", d)
+		g.Expect(certificates).To(BeNumerically("<=", 3*workingCerts+bundle.MinSweep), "decision %d: certificates remembered", d)
+	}
+	// The run asked about far more than the bound: without forgetting, the
+	// bound would not have held.
+	distinct := (clients + decisions*renewedPerDecision) * len(roots)
+	g.Expect(distinct).To(BeNumerically(">", 3*workingPairs+bundle.MinSweep))
+	g.Expect(asked).To(Equal(decisions * workingPairs))
+}
+
 func TestContainsAndFind(t *testing.T) {
 	t.Parallel()
 	a := newRoot(t, "root")

@@ -89,13 +89,11 @@ type clientView struct {
 
 // clientTracker reads the selected clients from the cache and remembers the
 // certificates it parsed, by Secret content, so a reconcile over thousands
-// of clients parses only what changed; it also keeps the signature checks
-// the decisions make over its clients, which it hands them in Clients.
+// of clients parses only what changed.
 type clientTracker struct {
 	reader     client.Reader
 	selector   labels.Selector
 	namespaces []string
-	signatures *bundle.Signatures
 
 	mu     sync.Mutex
 	parsed map[types.UID]parsedSecret
@@ -114,7 +112,7 @@ type parsedSecret struct {
 // read returns what the decision needs to know of the selected clients, and
 // the objects behind them by name (NAMESPACE/NAME of the Certificate).
 func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
-	out := bundle.Clients{Tracked: true, Signatures: t.signatures}
+	out := bundle.Clients{Tracked: true}
 	views := map[string]clientView{}
 	seen := map[types.UID]bool{}
 	for _, ns := range t.namespaces {

@@ -121,14 +121,14 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		strategy: strategy,
 		report: &reporter{recorder: mgr.GetEventRecorder("dualca"), metrics: o.Metrics, strategy: strategy,
 			rootKey: o.RootSecret, qps: o.RenewalQPS, gateway: store.current, roots: rootWatch{metrics: o.Metrics}},
-		ready: &readiness{},
-		clock: o.Clock,
-		poll:  o.PollInterval,
-		key:   o.GatewaySecret,
+		ready:      &readiness{},
+		signatures: bundle.NewSignatures(),
+		clock:      o.Clock,
+		poll:       o.PollInterval,
+		key:        o.GatewaySecret,
 	}
 	if c.clients != nil {
-		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces,
-			signatures: bundle.NewSignatures()}
+		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}
 		r.renewer = newRenewer(strategy, o)
 	}
 	return r

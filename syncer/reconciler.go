@@ -27,6 +27,13 @@ type Reconciler struct {
 	clock    clock.PassiveClock
 	poll     time.Duration
 	key      types.NamespacedName // the gateway Secret: the one work item
+	// signatures remembers the signature checks of the decisions: each
+	// client's leaf, the server leaf and the cross-certificates are
+	// checked against every root of the bundle at each reconcile, and
+	// roots of one CA share their subject, so without it each reconcile
+	// cost a public-key operation per pair. Each reconcile starts a
+	// generation of it, so it holds what the decisions use now.
+	signatures *bundle.Signatures
 	// took is how long the last reconcile ran, in nanoseconds: client
 	// events wait in proportion to it (see clientEventWait).
 	took atomic.Int64
@@ -49,6 +56,7 @@ type pass struct {
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	began := time.Now() // the monotonic clock: this paces work, it decides nothing
 	defer func() { r.took.Store(int64(time.Since(began))) }()
+	r.signatures.Advance()
 	var p pass
 	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() (err error) {
@@ -92,6 +100,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 			return p, err
 		}
 	}
+	p.clients.Signatures = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
 	p.written, err = r.store.write(ctx, gateway, p.decision)
 	return p, err

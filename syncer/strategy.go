@@ -50,7 +50,7 @@ func newStrategy(o Options, api, certs client.Reader, writer client.Client) Stra
 	}
 	return &zeroDowntime{
 		timings: bundle.Timings{TrustPropagationDelay: o.TrustPropagationDelay, ServerSwitchGrace: o.ServerSwitchGrace},
-		api:     api, cache: certs, writer: writer, clock: o.Clock, signatures: bundle.NewSignatures(),
+		api:     api, cache: certs, writer: writer, clock: o.Clock,
 	}
 }
 
@@ -65,21 +65,11 @@ type zeroDowntime struct {
 	cache  client.Reader
 	writer client.Client
 	clock  clock.PassiveClock
-	// signatures remembers the signature checks of the decisions when no
-	// client is tracked (the client tracker keeps its own otherwise): the
-	// server leaf and the cross-certificates are checked against every
-	// root of the bundle at each reconcile, and roots of one CA share their
-	// subject, so without it each reconcile cost a public-key operation
-	// per root, twice.
-	signatures *bundle.Signatures
 }
 
 func (z *zeroDowntime) Name() string { return bundle.StrategyZeroDowntime }
 
 func (z *zeroDowntime) Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time.Time) bundle.Decision {
-	if clients.Signatures == nil {
-		clients.Signatures = z.signatures
-	}
 	return bundle.Plan(gw, root, clients, z.timings, now)
 }
 

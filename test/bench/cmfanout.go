@@ -18,8 +18,9 @@ import (
 // cert-manager (a new key), dualca triggers the clients at its
 // --renewal-qps and cert-manager re-issues each. Three rotations, each
 // after the previous one has settled (server switched, old root retired).
-// Then the floor: dualca stopped, three more rotations whose triggers a
-// trivial loop sets at the same rate, cert-manager re-issuing the same way.
+// Then the floor: dualca stopped, floorRuns more rotations whose triggers
+// a trivial loop sets at the same rate, cert-manager re-issuing the same
+// way.
 func (b *bench) certManagerFanOut(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -81,7 +82,7 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 	p.stop()
 	// The floor: the same clients, the same rotations and re-issues, the
 	// triggers set by a trivial loop at the same rate instead of dualca.
-	for run := 1; run <= b.opts.fanoutRuns; run++ {
+	for run := 1; run <= b.opts.floorRuns; run++ {
 		res, _, err := b.cmFanOutRun(ctx, ns, rootCert, names, b.floorTrigger)
 		if err != nil {
 			return fmt.Errorf("floor run %d: %w", run, err)

@@ -67,6 +67,7 @@ type options struct {
 	touches        int           // reconciles at rest per scale point
 	fanout         int           // clients re-issued by cert-manager
 	fanoutRuns     int
+	floorRuns      int     // of the cert-manager fan-out's floor
 	qps            float64 // --renewal-qps with cert-manager
 }
 
@@ -144,11 +145,11 @@ func (o *options) defaults() {
 	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
 		rotations: 300, rootSizes: intList{2, 3, 10, 30, 60}, turns: 1000, starts: 20, startupClients: 1000,
 		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
-		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, qps: 100}
+		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, floorRuns: 1, qps: 100}
 	if o.quick {
 		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 45, intList{2, 3, 10, 30}, 300, 5, 200
 		o.unrelated, o.rest, o.restPoll, o.runs, o.polls = 1000, time.Minute, 10*time.Second, 1, 5
-		o.scale, o.touches, o.fanout, o.fanoutRuns = intList{200, 1000}, 10, 200, 1
+		o.scale, o.touches, o.fanout, o.fanoutRuns, o.floorRuns = intList{200, 1000}, 10, 200, 1, 1
 	}
 }
 

@@ -575,6 +575,22 @@ func (r *report) writeFanoutTarget(p func(string, ...any)) {
 		len(r.cmFanout), f.clients, f.qps, f.ideal, worst, floor, verdict(worst <= 10))
 }
 
+// times is "once" or "n times".
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// rotations is "1 rotation" or "n rotations".
+func rotations(n int) string {
+	if n == 1 {
+		return "1 rotation"
+	}
+	return fmt.Sprintf("%d rotations", n)
+}
+
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x
@@ -593,9 +609,10 @@ func (r *report) writeFanout(p func(string, ...any)) {
 	p("cert-manager's controller (`make cert-manager`) owns a self-signed root Certificate and a CA Issuer, and issued")
 	p("%d client Certificates from it; dualca selects them, with `--renewal-qps=%g`. cert-manager renews the root", f0.clients, f0.qps)
 	p("(a new key); dualca triggers each client and cert-manager re-issues it. Each run starts once the previous one")
-	p("has settled (server switched, old root retired). Then the floor: dualca stopped, as many rotations of the same")
+	p("has settled (server switched, old root retired). Then the floor: dualca stopped, %s of the same", rotations(len(r.cmFloor)))
 	p("clients whose triggers a trivial loop sets (a read and a status update each, as `cmctl renew` does, a token")
 	p("bucket at the same rate and burst over as many workers as dualca's renewer), cert-manager re-issuing the same way.")
+	p("The floor runs %s: each run waits for cert-manager to re-issue every client, and `make bench` must end within 45 minutes.", times(len(r.cmFloor)))
 	p("")
 	p("| triggered by | run | rotation → first trigger | first → last trigger | ideal | over ideal | rotation → all re-issued | API peak | API mean | failed issuances re-triggered |")
 	p("|---|---|---|---|---|---|---|---|---|---|")

@@ -192,22 +192,33 @@ var (
 	grey   = color.RGBA{R: 150, G: 150, B: 150, A: 255}
 )
 
+// rateWindow is the shortest interval the plot computes a rate over.
+const rateWindow = 10 * time.Second
+
 func (o *outcome) trafficPlot(at func(time.Time) float64) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Healthy clients' handshakes per second; rotations (green) and faults (orange)"
 	p.X.Label.Text = "minutes"
 	var rate, failed plotter.XYs
 	top := 1.0
+	// Rates over rateWindow at least: samples that came close together
+	// (a sampler held up, then catching up) make no spikes.
+	a := 0
 	for i := 1; i < len(o.samples); i++ {
-		a, b := o.samples[i-1], o.samples[i]
-		dt := b.at.Sub(a.at).Seconds()
+		b := o.samples[i]
+		if b.at.Sub(o.samples[a].at) < rateWindow && i < len(o.samples)-1 {
+			continue
+		}
+		dt := b.at.Sub(o.samples[a].at).Seconds()
+		from := o.samples[a]
+		a = i
 		if dt <= 0 {
 			continue
 		}
-		r := float64(b.attempts-a.attempts) / dt
+		r := float64(b.attempts-from.attempts) / dt
 		top = max(top, r)
 		rate = append(rate, plotter.XY{X: at(b.at), Y: r})
-		if n := b.failures - a.failures; n > 0 {
+		if n := b.failures - from.failures; n > 0 {
 			failed = append(failed, plotter.XY{X: at(b.at), Y: float64(n) / dt})
 		}
 	}

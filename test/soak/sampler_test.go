@@ -63,6 +63,10 @@ func (s *soak) sample(done <-chan struct{}) {
 }
 
 func (s *soak) sampleTraffic() {
+	// The moment of the counters: what follows may wait on the monitor,
+	// and a later moment would credit this sample's handshakes to the
+	// wrong interval.
+	at := time.Now()
 	f := s.fleet.Stats()
 	b := f.Clients[s.broken]
 	a := s.mon.Current()
@@ -75,7 +79,7 @@ func (s *soak) sampleTraffic() {
 		}
 		return 0
 	}
-	smp := sample{at: time.Now(), attempts: f.Total.Attempts - b.Attempts, failures: f.Total.Failures - b.Failures, broken: b.Failures,
+	smp := sample{at: at, attempts: f.Total.Attempts - b.Attempts, failures: f.Total.Failures - b.Failures, broken: b.Failures,
 		phase: a[bundle.AnnotationPhase], root: index(a[bundle.AnnotationRoot]), server: index(a[bundle.AnnotationServer])}
 	s.mu.Lock()
 	defer s.mu.Unlock()
