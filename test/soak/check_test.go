@@ -39,6 +39,7 @@ type outcome struct {
 	deletions          int
 	rotations          []rotationOutcome
 	requested, skipped int
+	killsSkipped       int // kills drawn while their replica was younger than minLife
 	faults             map[string]int
 	leak               leak
 	requestsPerMinute  float64
@@ -147,6 +148,8 @@ func (s *soak) outcome() *outcome {
 			o.requested++
 		case rotationSkipped:
 			o.skipped++
+		case killSkipped:
+			o.killsSkipped++
 		case "phase":
 		default:
 			o.faults[e.kind]++

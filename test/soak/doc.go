@@ -28,6 +28,9 @@
 // before the root it replaced expired, and that dualca leaks nothing: its
 // resident memory, goroutines and open file descriptors are sampled every
 // 10 s and their slope over the last three quarters of the run is bounded.
+// In runs long enough to judge that, a replica is killed only once it has
+// lived through its warm-up and a sixth of the run more (minLife), so
+// that each leaves a stretch long enough to fit its growth over.
 // It reports API requests per minute and can write docs/soak.md with a
 // timeline plot.
 //

@@ -30,6 +30,7 @@ const (
 	healIssuer       = "heal issuer"
 	invalidRoot      = "invalid root"
 	replicaExited    = "replica exited"
+	killSkipped      = "kill skipped" // the replica had not lived minLife
 )
 
 // faultKinds are the faults drawn from; a heal follows each break on its own.
@@ -75,6 +76,12 @@ func (s *soak) faults() {
 		if kind == breakIssuer && !healAt.IsZero() {
 			continue // still broken
 		}
+		if kind == killLeader || kind == killStandby {
+			if i, what := s.killTarget(kind == killLeader); s.tooYoung(i) {
+				s.record(killSkipped, fmt.Sprintf("%s up %v, under %v", what, s.age(i).Round(time.Second), minLife()))
+				continue
+			}
+		}
 		s.inject(kind)
 		if kind == breakIssuer {
 			// Sometimes longer than the grace period, so that a rotation
@@ -119,19 +126,45 @@ func (s *soak) inject(kind string) {
 	s.record(kind, detail)
 }
 
+// minLife is how long a replica lives before a fault may kill it, in runs
+// that judge leaks: its warm-up, then a sixth of the run (ten minutes of
+// an hour) to fit its growth over. Killed at every fault's whim, replicas
+// lived two to twelve minutes, and what was left after the warm-up was
+// too short to tell a leak from a heap still reaching its size.
+func minLife() time.Duration {
+	if *duration < judgeLeaksFrom {
+		return 0
+	}
+	return warmUp() + *duration/6
+}
+
+// killTarget is the replica a kill of the leader (or the standby) would
+// take, and what it is.
+func (s *soak) killTarget(leader bool) (int, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(s.replicas[:], func(r *replica) bool { return strings.Contains(r.Log(), leaseAcquired) })
+	switch {
+	case i < 0:
+		return mrand.N(2), "a replica (no leader yet)"
+	case !leader:
+		return 1 - i, "standby"
+	}
+	return i, "leader"
+}
+
+func (s *soak) age(i int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Since(s.replicas[i].started)
+}
+
+func (s *soak) tooYoung(i int) bool { return s.age(i) < minLife() }
+
 // kill sends SIGKILL to the leader (or the standby) and starts it again
 // after a random moment of up to two seconds.
 func (s *soak) kill(leader bool) string {
-	s.mu.Lock()
-	i := slices.IndexFunc(s.replicas[:], func(r *replica) bool { return strings.Contains(r.Log(), leaseAcquired) })
-	s.mu.Unlock()
-	what := "leader"
-	switch {
-	case i < 0:
-		i, what = mrand.N(2), "a replica (no leader yet)"
-	case !leader:
-		i, what = 1-i, "standby"
-	}
+	i, what := s.killTarget(leader)
 	s.mu.Lock()
 	r := s.replicas[i]
 	s.mu.Unlock()

@@ -132,6 +132,10 @@ func (o *outcome) faultTable(w func(string, ...any)) {
 		w("| %s | %d |", k, o.faults[k])
 	}
 	w("")
+	if minLife() > 0 {
+		w("A kill drawn while its replica had lived less than %v was not made (%d times): leak samples come from replicas past their warm-up, for long enough to fit their growth.", minLife(), o.killsSkipped)
+		w("")
+	}
 }
 
 func (o *outcome) leakTable(w func(string, ...any)) {
@@ -237,7 +241,7 @@ func (o *outcome) trafficPlot(at func(time.Time) float64) (*plot.Plot, error) {
 	for _, e := range o.timeline {
 		c := orange
 		switch e.kind {
-		case "phase", rotationSkipped:
+		case "phase", rotationSkipped, killSkipped:
 			continue
 		case rotationRequested:
 			c = green
