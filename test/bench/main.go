@@ -222,6 +222,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	// Cancelled before the control plane stops (deferred calls run last
+	// first): the watches the steps leave open end with the run instead of
+	// retrying, and logging, against a stopped API server.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for _, s := range steps {
 		if o.only != "" && o.only != s.name {
 			continue
