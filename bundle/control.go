@@ -72,6 +72,14 @@ func PauseRequested(value string) (paused, valid bool) {
 	return true, false
 }
 
+// Held reports whether an operator's pause holds the rotation the Secret
+// records: the zero-downtime strategy obeys it; the legacy strategy keeps
+// it for later and does not.
+func (s State) Held() bool {
+	paused, _ := PauseRequested(s.Paused)
+	return paused && s.Strategy == StrategyZeroDowntime
+}
+
 // control applies the pause annotation to st (recorded, told once) and
 // reports whether the rotation is paused.
 func (p *planning) control(st *State) bool {

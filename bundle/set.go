@@ -197,8 +197,9 @@ func (s *Signatures) fingerprint(c *x509.Certificate) string {
 
 func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	s.mu.Lock()
-	key := [2][sha256.Size]byte{s.digest(leaf).raw, s.digest(root).raw}
-	rootKey := s.digest(root).key
+	rootDigest := s.digest(root)
+	key := [2][sha256.Size]byte{s.digest(leaf).raw, rootDigest.raw}
+	rootKey := rootDigest.key
 	var found, ok, signed bool
 	var signer [sha256.Size]byte
 	if v := s.seen.get(key, s.gen); v != nil {

@@ -167,8 +167,7 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 // recordPause sets dualca_paused from the state the decision obeys: the
 // legacy strategy keeps a pause for later but does not obey it.
 func (m *Metrics) recordPause(st bundle.State) {
-	paused, _ := bundle.PauseRequested(st.Paused)
-	if paused && st.Strategy == bundle.StrategyZeroDowntime {
+	if st.Held() {
 		m.paused.Set(1)
 		return
 	}

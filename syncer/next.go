@@ -185,7 +185,7 @@ func (r *Report) addControls(st bundle.State) {
 		r.Attention = append(r.Attention, fmt.Sprintf("annotation %s=%q is neither %q nor %q: dualca reads it as paused",
 			bundle.AnnotationPaused, st.Paused, bundle.PausedTrue, bundle.PausedFalse))
 	}
-	if paused && st.Strategy == bundle.StrategyZeroDowntime {
+	if st.Held() {
 		r.Attention = append(r.Attention, "rotation paused by an operator: dualca resume lets it go on")
 	}
 }
