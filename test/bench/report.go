@@ -546,17 +546,31 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("and the polls meanwhile, its quantiles the upper bounds of the buckets holding them. The fan-out rotates the")
 	p("root and times the `Issuing` triggers, first to last, against clients / rate.")
 	p("")
-	p("| clients | first sync | RSS | reconciles | mean | p50 | p99 | fan-out | ideal | over ideal | API peak |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	p("| clients | first sync | RSS | reconciles | mean | mean per client | p50 | p99 | fan-out | ideal | over ideal | API peak |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.scale {
 		f := s.fanout
 		if f.clients == 0 {
-			p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
-				s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
+			p("| %d | %s | %s | %d | %s | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+				perClient(s), s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
 			continue
 		}
-		p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
-			s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
+		p("| %d | %s | %s | %d | %s | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+			perClient(s), s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
+	}
+	if len(r.scale) > 1 {
+		var steps []string
+		for i := 1; i < len(r.scale); i++ {
+			a, b := r.scale[i-1], r.scale[i]
+			if a.reconcile.n > 0 && b.reconcile.n > 0 {
+				steps = append(steps, fmt.Sprintf("%d → %d clients (%.0f×): %.1f×", a.clients, b.clients,
+					float64(b.clients)/float64(a.clients), float64(b.reconcile.mean)/float64(a.reconcile.mean)))
+			}
+		}
+		if len(steps) > 0 {
+			p("")
+			p("The mean reconcile at rest, step by step: %s.", strings.Join(steps, "; "))
+		}
 	}
 	for _, s := range r.scale {
 		if s.orphans > 0 {
@@ -565,6 +579,14 @@ func (r *report) writeScale(p func(string, ...any)) {
 				s.orphans, s.clients, mib(s.orphanRSS), mib(s.rss), (float64(s.orphanRSS)/float64(s.rss)-1)*100)
 		}
 	}
+}
+
+// perClient is a scale point's mean reconcile at rest divided by its clients.
+func perClient(s scalePoint) string {
+	if s.reconcile.n == 0 || s.clients == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f µs", float64(s.reconcile.mean)/float64(time.Microsecond)/float64(s.clients))
 }
 
 func (r *report) writeFanoutTarget(p func(string, ...any)) {
