@@ -6,3 +6,10 @@ func SignaturesSize(s *Signatures) (pairs, certificates int) { return s.size() }
 
 // MinSweep is the size under which an aging map is not swept.
 const MinSweep = minSweep
+
+// SignaturesAsked is how many answers s keeps for the current generation.
+func SignaturesAsked(s *Signatures) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.asked)
+}

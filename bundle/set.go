@@ -109,6 +109,12 @@ type Signatures struct {
 	seen    aging[[2][sha256.Size]byte, bool]
 	signer  aging[[sha256.Size]byte, [sha256.Size]byte] // certificate → the key that verified it
 	digests aging[*x509.Certificate, certDigest]
+	// asked holds the answers given in this generation, by the addresses
+	// asked about: a decision and its metrics ask about each client's leaf
+	// and each root several times, and this spares the later asks the
+	// hashing of seen's keys. Advance empties it; its keys keep the
+	// certificates alive until then, so an address cannot be reused.
+	asked map[[2]*x509.Certificate]bool
 }
 
 // certDigest is what Signatures hashes of a certificate: the SHA-256 of
@@ -148,6 +154,7 @@ func (s *Signatures) Advance() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
+	s.asked = make(map[[2]*x509.Certificate]bool, len(s.asked))
 	s.seen.sweep(s.gen)
 	s.signer.sweep(s.gen)
 	s.digests.sweep(s.gen)
@@ -196,7 +203,12 @@ func (s *Signatures) fingerprint(c *x509.Certificate) string {
 }
 
 func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
+	asked := [2]*x509.Certificate{leaf, root}
 	s.mu.Lock()
+	if ok, found := s.asked[asked]; found {
+		s.mu.Unlock()
+		return ok
+	}
 	rootDigest := s.digest(root)
 	key := [2][sha256.Size]byte{s.digest(leaf).raw, rootDigest.raw}
 	rootKey := rootDigest.key
@@ -208,10 +220,13 @@ func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	if v := s.signer.get(key[0], s.gen); v != nil {
 		signed, signer = true, *v
 	}
+	if found {
+		s.remember(asked, ok)
+		s.mu.Unlock()
+		return ok
+	}
 	s.mu.Unlock()
 	switch {
-	case found:
-		return ok
 	case signed && signer != rootKey:
 		ok = false
 	default:
@@ -222,8 +237,20 @@ func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 	if ok {
 		s.signer.put(key[0], rootKey, s.gen, maxSignatures)
 	}
+	s.remember(asked, ok)
 	s.mu.Unlock()
 	return ok
+}
+
+// remember keeps an answer for the rest of the generation, up to
+// maxSignatures of them. The caller holds s.mu.
+func (s *Signatures) remember(asked [2]*x509.Certificate, ok bool) {
+	if s.asked == nil {
+		s.asked = map[[2]*x509.Certificate]bool{}
+	}
+	if len(s.asked) < maxSignatures {
+		s.asked[asked] = ok
+	}
 }
 
 // size is how many pairs and certificates s remembers.

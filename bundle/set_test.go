@@ -302,6 +302,7 @@ func TestSignaturesForgetWhatNoDecisionAsksAbout(t *testing.T) {
 		pairs, certificates := bundle.SignaturesSize(sigs)
 		g.Expect(pairs).To(BeNumerically("<=", 3*workingPairs+bundle.MinSweep), "decision %d: pairs remembered", d)
 		g.Expect(certificates).To(BeNumerically("<=", 3*workingCerts+bundle.MinSweep), "decision %d: certificates remembered", d)
+		g.Expect(bundle.SignaturesAsked(sigs)).To(BeNumerically("<=", workingPairs), "decision %d: answers kept for the generation", d)
 	}
 	// The run asked about far more than the bound: without forgetting, the
 	// bound would not have held.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -94,9 +95,40 @@ type clientTracker struct {
 	reader     client.Reader
 	selector   labels.Selector
 	namespaces []string
+	// events, when set, is told of every change of the client cache (the
+	// controller's client event handlers call changed), and a read that
+	// no change preceded returns the last read's result instead of listing
+	// every client again: the reconciles that the root, the gateway or the
+	// poll start cost nothing per client then. The cache's store takes a
+	// change before its handlers hear of it, and each handler calls
+	// changed before it queues the reconcile that follows, so that
+	// reconcile lists afresh. Unset (dualca status reads once), every read
+	// lists.
+	events *atomic.Uint64
+	last   *clientRead
 
 	mu     sync.Mutex
 	parsed map[types.UID]parsedSecret
+}
+
+// clientRead is a read's result, with the count of events it followed.
+type clientRead struct {
+	events  uint64
+	clients bundle.Clients
+	views   map[string]clientView
+}
+
+// watched returns a tracker told of the cache's changes (see events).
+func (t *clientTracker) watched() *clientTracker {
+	t.events = new(atomic.Uint64)
+	return t
+}
+
+// changed says the client cache changed: the next read lists again.
+func (t *clientTracker) changed() {
+	if t.events != nil {
+		t.events.Add(1)
+	}
 }
 
 type parsedSecret struct {
@@ -110,8 +142,26 @@ type parsedSecret struct {
 }
 
 // read returns what the decision needs to know of the selected clients, and
-// the objects behind them by name (NAMESPACE/NAME of the Certificate).
+// the objects behind them by name (NAMESPACE/NAME of the Certificate). What
+// it returns is shared with later reads: nothing may modify it.
 func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
+	if t.events == nil {
+		return t.list(ctx)
+	}
+	events := t.events.Load()
+	if t.last != nil && t.last.events == events {
+		return t.last.clients, t.last.views, nil
+	}
+	clients, views, err := t.list(ctx)
+	if err != nil {
+		return clients, views, err
+	}
+	t.last = &clientRead{events: events, clients: clients, views: views}
+	return clients, views, nil
+}
+
+// list reads the selected clients from the reader.
+func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
 	out := bundle.Clients{Tracked: true}
 	views := map[string]clientView{}
 	seen := map[types.UID]bool{}

@@ -128,7 +128,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		key:        o.GatewaySecret,
 	}
 	if c.clients != nil {
-		r.clients = &clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}
+		r.clients = (&clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}).watched()
 		r.renewer = newRenewer(strategy, o)
 	}
 	return r

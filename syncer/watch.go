@@ -94,8 +94,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 	if c.clients != nil {
 		// Every client change may move a rotation on: one work item again,
 		// after a wait that lets a burst of changes share a reconcile.
-		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait))).
-			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, waitingWorkItem[*corev1.Secret](r.request(), r.clientEventWait)))
+		// The tracker hears of each change first, so that reconcile lists
+		// the clients afresh.
+		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed))).
+			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, waitingWorkItem[*corev1.Secret](r.request(), r.clientEventWait, r.clients.changed)))
 	}
 	return b.Complete(r)
 }
@@ -109,9 +111,10 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 
 // waitingWorkItem maps every event to req, added to the queue after wait():
 // an event that comes while req already waits changes nothing, so a burst
-// of events becomes one reconcile.
-func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration) handler.TypedEventHandler[T, reconcile.Request] {
+// of events becomes one reconcile. Each event calls changed first.
+func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func()) handler.TypedEventHandler[T, reconcile.Request] {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		changed()
 		if d := wait(); d > 0 {
 			q.AddAfter(req, d)
 			return

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,13 +26,15 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	defer q.ShutDown()
 
 	const wait = 300 * time.Millisecond
-	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait })
+	var changes atomic.Int32
+	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait }, func() { changes.Add(1) })
 	began := time.Now()
 	for range 500 {
 		h.Update(context.Background(), event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: &corev1.Secret{}, ObjectNew: &corev1.Secret{}}, q)
 	}
 	h.Create(context.Background(), event.TypedCreateEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
 	h.Delete(context.Background(), event.TypedDeleteEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
+	g.Expect(changes.Load()).To(BeEquivalentTo(502), "the tracker hears of every event at once, before its work item is queued")
 	g.Expect(q.Len()).To(BeZero(), "nothing is queued before the wait ends")
 	g.Eventually(q.Len).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(Equal(1))
 	g.Expect(time.Since(began)).To(BeNumerically(">=", wait), "the work item waited")
@@ -40,7 +43,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	q.Done(got)
 	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "502 events made one work item")
 
-	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 })
+	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func() {})
 	now.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
 	g.Expect(q.Len()).To(Equal(1), "without a wait the event is a work item at once")
 }

@@ -106,22 +106,24 @@ func (r *report) memoryPlot() (*plot.Plot, error) {
 	return p, nil
 }
 
-// rootsPlot is dualca's propagation p99 against the roots in its bundle.
+// rootsPlot is dualca's propagation against the roots in its bundle, with
+// the floor's p99 at each size.
 func (r *report) rootsPlot() (*plot.Plot, error) {
 	if len(r.roots) == 0 {
 		return nil, nil
 	}
-	var p99, p50 plotter.XYs
+	var p99, p50, floor plotter.XYs
 	for _, pt := range r.roots {
 		d := distributionOf(pt.samples)
 		p99 = append(p99, plotter.XY{X: float64(pt.roots), Y: milliseconds(d.p99)})
 		p50 = append(p50, plotter.XY{X: float64(pt.roots), Y: milliseconds(d.p50)})
+		floor = append(floor, plotter.XY{X: float64(pt.roots), Y: milliseconds(distributionOf(pt.floor.samples).p99)})
 	}
 	p := plot.New()
 	p.Title.Text = "dualca propagation against roots in the bundle"
 	p.X.Label.Text = "roots in ca.crt"
 	p.Y.Label.Text = "milliseconds"
-	if err := plotutil.AddLinePoints(p, "p99", p99, "p50", p50); err != nil {
+	if err := plotutil.AddLinePoints(p, "p99", p99, "p50", p50, "floor p99 (a PUT of that size)", floor); err != nil {
 		return nil, err
 	}
 	p.Y.Min = 0

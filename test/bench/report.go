@@ -189,7 +189,9 @@ func (r *report) writeTargets(p func(string, ...any)) {
 	if lo, hi, ok := r.rootsPoints(2, 30); ok {
 		a, b := distributionOf(lo.samples).p99, distributionOf(hi.samples).p99
 		ratio := float64(b) / float64(a)
-		p("| propagation p99 with 30 roots within 2× that with 2 (ratio ≤ 2.00) | %s / %s = %.2f× | %s |", ms(b), ms(a), ratio, verdict(ratio <= 2))
+		fa, fb := distributionOf(lo.floor.samples).p99, distributionOf(hi.floor.samples).p99
+		p("| propagation p99 with 30 roots within 2× that with 2 (ratio ≤ 2.00) | %s / %s = %.2f× (the floor, a PUT of a Secret of the gateway's size to its watch event: %s / %s = %.2f×) | %s |",
+			ms(b), ms(a), ratio, ms(fb), ms(fa), float64(fb)/float64(fa), verdict(ratio <= 2))
 	} else {
 		notMeasured(p, "propagation p99 with 30 roots within 2× that with 2")
 	}
@@ -310,12 +312,24 @@ func (r *report) writeRoots(p func(string, ...any)) {
 	p("dualca handles in full (the current root changes, its state is written), timed from the PUT's return to the")
 	p("gateway Secret naming it current. The new root that brought the bundle to its size is timed too. CPU is")
 	p("dualca's user and system time over the turns, from `/proc`. `tls.crt` is what each handshake carries.")
+	p("The floor at each size is what the API server alone costs for a Secret that large, the least any system that")
+	p("writes the gateway Secret pays at each rotation: the gateway Secret's data copied into a Secret of its own,")
+	p("written in full %d times at the same random pauses, each write timed from the start of its PUT to its watch event.", len(r.roots[0].floor.samples))
 	p("")
-	p("| roots in ca.crt | p50 | p99 | max | the new root | CPU per rotation | tls.crt links | tls.crt bytes (DER) |")
-	p("|---|---|---|---|---|---|---|---|")
+	p("| roots in ca.crt | p50 | p99 | max | the new root | CPU per rotation | tls.crt links | tls.crt bytes (DER) | gateway data bytes | floor p50 | floor p99 |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, pt := range r.roots {
-		d := distributionOf(pt.samples)
-		p("| %d | %s | %s | %s | %s | %s | %d | %d |", pt.roots, ms(d.p50), ms(d.p99), ms(d.max), ms(pt.newRoot), ms(pt.cpuPerTurn), pt.links, pt.chainBytes)
+		d, f := distributionOf(pt.samples), distributionOf(pt.floor.samples)
+		p("| %d | %s | %s | %s | %s | %s | %d | %d | %d | %s | %s |", pt.roots, ms(d.p50), ms(d.p99), ms(d.max), ms(pt.newRoot), ms(pt.cpuPerTurn), pt.links, pt.chainBytes,
+			pt.floor.bytes, ms(f.p50), ms(f.p99))
+	}
+	if lo, hi, ok := r.rootsPoints(2, 30); ok {
+		d2, d30 := distributionOf(lo.samples), distributionOf(hi.samples)
+		f2, f30 := distributionOf(lo.floor.samples), distributionOf(hi.floor.samples)
+		p("")
+		p("From 2 to 30 roots the gateway Secret's data grows from %d to %d bytes. The floor's p99 goes from %s to %s (%.2f×)", lo.floor.bytes, hi.floor.bytes, ms(f2.p99), ms(f30.p99), float64(f30.p99)/float64(f2.p99))
+		p("and dualca's from %s to %s (%.2f×); dualca's p99 less the floor's is %s with 2 roots and %s with 30, and its CPU per", ms(d2.p99), ms(d30.p99), float64(d30.p99)/float64(d2.p99), ms(d2.p99-f2.p99), ms(d30.p99-f30.p99))
+		p("rotation goes from %s to %s (%.2f×).", ms(lo.cpuPerTurn), ms(hi.cpuPerTurn), float64(hi.cpuPerTurn)/float64(lo.cpuPerTurn))
 	}
 }
 
@@ -532,17 +546,31 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("and the polls meanwhile, its quantiles the upper bounds of the buckets holding them. The fan-out rotates the")
 	p("root and times the `Issuing` triggers, first to last, against clients / rate.")
 	p("")
-	p("| clients | first sync | RSS | reconciles | mean | p50 | p99 | fan-out | ideal | over ideal | API peak |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	p("| clients | first sync | RSS | reconciles | mean | mean per client | p50 | p99 | fan-out | ideal | over ideal | API peak |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.scale {
 		f := s.fanout
 		if f.clients == 0 {
-			p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
-				s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
+			p("| %d | %s | %s | %d | %s | %s | ≤ %s | ≤ %s | failed | %s | – | – |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+				perClient(s), s.reconcile.p50, s.reconcile.p99, time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
 			continue
 		}
-		p("| %d | %s | %s | %d | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
-			s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
+		p("| %d | %s | %s | %d | %s | %s | ≤ %s | ≤ %s | %s | %s | %+.1f %% | %.0f req/s |", s.clients, ms(s.firstSync), mib(s.rss), s.reconcile.n, ms(s.reconcile.mean),
+			perClient(s), s.reconcile.p50, s.reconcile.p99, f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100, f.peakRate)
+	}
+	if len(r.scale) > 1 {
+		var steps []string
+		for i := 1; i < len(r.scale); i++ {
+			a, b := r.scale[i-1], r.scale[i]
+			if a.reconcile.n > 0 && b.reconcile.n > 0 {
+				steps = append(steps, fmt.Sprintf("%d → %d clients (%.0f×): %.1f×", a.clients, b.clients,
+					float64(b.clients)/float64(a.clients), float64(b.reconcile.mean)/float64(a.reconcile.mean)))
+			}
+		}
+		if len(steps) > 0 {
+			p("")
+			p("The mean reconcile at rest, step by step: %s.", strings.Join(steps, "; "))
+		}
 	}
 	for _, s := range r.scale {
 		if s.orphans > 0 {
@@ -551,6 +579,14 @@ func (r *report) writeScale(p func(string, ...any)) {
 				s.orphans, s.clients, mib(s.orphanRSS), mib(s.rss), (float64(s.orphanRSS)/float64(s.rss)-1)*100)
 		}
 	}
+}
+
+// perClient is a scale point's mean reconcile at rest divided by its clients.
+func perClient(s scalePoint) string {
+	if s.reconcile.n == 0 || s.clients == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f µs", float64(s.reconcile.mean)/float64(time.Microsecond)/float64(s.clients))
 }
 
 func (r *report) writeFanoutTarget(p func(string, ...any)) {

@@ -138,6 +138,7 @@ func (w *world) watchSecret(ctx context.Context, name string) (*secretWatch, err
 // version is a version of a watched Secret as it arrived.
 type version struct {
 	at    time.Time
+	rv    string // the Secret's resourceVersion
 	state bundle.State
 	// trusts are the fingerprints of the certificates of ca.crt.
 	trusts map[string]bool
@@ -154,7 +155,7 @@ type secretWatch struct {
 }
 
 func (g *secretWatch) add(at time.Time, s *corev1.Secret) {
-	v := version{at: at, state: bundle.ParseState(s.Annotations), trusts: map[string]bool{}}
+	v := version{at: at, rv: s.ResourceVersion, state: bundle.ParseState(s.Annotations), trusts: map[string]bool{}}
 	cas, _ := bundle.ParseCertificates("ca.crt", s.Data["ca.crt"])
 	for _, c := range cas {
 		v.trusts[bundle.Fingerprint(c)] = true
