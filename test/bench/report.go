@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -679,6 +680,35 @@ func (r *report) writeBundle(p func(string, ...any)) {
 	for _, b := range r.bundle {
 		p("| %s | %s | %s – %s | %.0f | %.0f |", b.name, nsf(b.nsPerOp), nsf(b.minNs), nsf(b.maxNs), b.bytesPerOp, b.allocsPerOp)
 	}
+	if per := r.planPerClient(); len(per) > 1 {
+		p("")
+		p("The decision at rest per client (its time less that with no client, divided by the clients): %s.", strings.Join(per, "; "))
+	}
+}
+
+// planPerClient is Plan's time at rest per client at each client count
+// BenchmarkPlan measured.
+func (r *report) planPerClient() []string {
+	const prefix = "Plan/at-rest/clients="
+	var none float64
+	found := false
+	for _, b := range r.bundle {
+		if b.name == prefix+"0" {
+			none, found = b.nsPerOp, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	var out []string
+	for _, b := range r.bundle {
+		n, err := strconv.Atoi(strings.TrimPrefix(b.name, prefix))
+		if err != nil || !strings.HasPrefix(b.name, prefix) || n == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d clients, %s", n, nsf((b.nsPerOp-none)/float64(n))))
+	}
+	return out
 }
 
 func nsf(ns float64) string {
