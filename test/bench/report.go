@@ -689,24 +689,25 @@ func (r *report) writeBundle(p func(string, ...any)) {
 // planPerClient is Plan's time at rest per client at each client count
 // BenchmarkPlan measured.
 func (r *report) planPerClient() []string {
-	const prefix = "Plan/at-rest/clients="
-	var none float64
-	found := false
+	nsAt := map[int]float64{} // by client count
+	var counts []int
 	for _, b := range r.bundle {
-		if b.name == prefix+"0" {
-			none, found = b.nsPerOp, true
+		if rest, ok := strings.CutPrefix(b.name, "Plan/at-rest/clients="); ok {
+			if n, err := strconv.Atoi(rest); err == nil {
+				nsAt[n] = b.nsPerOp
+				counts = append(counts, n)
+			}
 		}
 	}
-	if !found {
+	none, ok := nsAt[0]
+	if !ok {
 		return nil
 	}
 	var out []string
-	for _, b := range r.bundle {
-		n, err := strconv.Atoi(strings.TrimPrefix(b.name, prefix))
-		if err != nil || !strings.HasPrefix(b.name, prefix) || n == 0 {
-			continue
+	for _, n := range counts {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d clients, %s", n, nsf((nsAt[n]-none)/float64(n))))
 		}
-		out = append(out, fmt.Sprintf("%d clients, %s", n, nsf((b.nsPerOp-none)/float64(n))))
 	}
 	return out
 }

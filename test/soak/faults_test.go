@@ -76,12 +76,6 @@ func (s *soak) faults() {
 		if kind == breakIssuer && !healAt.IsZero() {
 			continue // still broken
 		}
-		if kind == killLeader || kind == killStandby {
-			if i, what := s.killTarget(kind == killLeader); s.tooYoung(i) {
-				s.record(killSkipped, fmt.Sprintf("%s up %v, under %v", what, s.age(i).Round(time.Second), minLife()))
-				continue
-			}
-		}
 		s.inject(kind)
 		if kind == breakIssuer {
 			// Sometimes longer than the grace period, so that a rotation
@@ -91,13 +85,21 @@ func (s *soak) faults() {
 	}
 }
 
-// inject runs one fault and records it.
+// inject runs one fault and records it; a kill of a replica that has not
+// lived minLife is recorded as skipped instead.
 func (s *soak) inject(kind string) {
 	var detail string
 	var err error
 	switch kind {
 	case killLeader, killStandby:
-		detail = s.kill(kind == killLeader)
+		// The replica judged old enough is the one killed: chosen once, so
+		// a lease handover in between cannot swap them.
+		i, what := s.killTarget(kind == killLeader)
+		if age := s.age(i); age < minLife() {
+			s.record(killSkipped, fmt.Sprintf("%s up %v, under %v", what, age.Round(time.Second), minLife()))
+			return
+		}
+		detail = s.kill(i, what)
 	case restartAPIServer:
 		at := time.Now()
 		err = s.c.RestartAPIServer(s.ctx, apiServerDown)
@@ -159,12 +161,9 @@ func (s *soak) age(i int) time.Duration {
 	return time.Since(s.replicas[i].started)
 }
 
-func (s *soak) tooYoung(i int) bool { return s.age(i) < minLife() }
-
-// kill sends SIGKILL to the leader (or the standby) and starts it again
-// after a random moment of up to two seconds.
-func (s *soak) kill(leader bool) string {
-	i, what := s.killTarget(leader)
+// kill sends SIGKILL to replica i (what it is: leader or standby) and
+// starts it again after a random moment of up to two seconds.
+func (s *soak) kill(i int, what string) string {
 	s.mu.Lock()
 	r := s.replicas[i]
 	s.mu.Unlock()
