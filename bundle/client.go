@@ -1,10 +1,8 @@
 package bundle
 
 import (
-	"bytes"
 	"crypto/x509"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -33,17 +31,12 @@ func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
 	return c.uses(nil, root, now)
 }
 
-// on asks the client's ca.crt first: right after a rotation no client
-// trusts the new root yet, and roots of one CA share their subject, so the
-// leaf check would cost a signature check per client on the propagation
-// path, where comparing bytes says the same.
 func (c Client) on(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
-	return root != nil && slices.ContainsFunc(c.CA, func(ca *x509.Certificate) bool { return bytes.Equal(ca.Raw, root.Raw) }) &&
-		c.uses(sigs, root, now)
+	return root != nil && bondOf(sigs, &c, root).on(&c, now)
 }
 
 func (c Client) uses(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
-	return c.Leaf != nil && !now.After(c.Leaf.NotAfter) && sigs.ChainsTo(c.Leaf, root)
+	return root != nil && bondOf(sigs, &c, root).uses(&c, now)
 }
 
 // Clients is what dualca knows of the selected client Certificates.
@@ -64,11 +57,11 @@ type Clients struct {
 // those that still need the gateway to trust it.
 func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 	n := 0
-	for _, cl := range c.Items {
-		if cl.uses(c.Signatures, root, now) {
+	c.Signatures.eachBond(c.Items, root, func(cl *Client, b bond) {
+		if b.uses(cl, now) {
 			n++
 		}
-	}
+	})
 	return n
 }
 
@@ -76,16 +69,16 @@ func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 // renewal failed, and the others (pending). A nil root counts none renewed.
 func CountProgress(clients Clients, root *x509.Certificate, now time.Time) Progress {
 	var p Progress
-	for _, c := range clients.Items {
+	clients.Signatures.eachBond(clients.Items, root, func(c *Client, b bond) {
 		switch {
-		case c.on(clients.Signatures, root, now):
+		case b.on(c, now):
 			p.Renewed++
 		case c.Failed:
 			p.Failed++
 		default:
 			p.Pending++
 		}
-	}
+	})
 	return p
 }
 

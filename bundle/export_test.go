@@ -13,3 +13,14 @@ func SignaturesAsked(s *Signatures) int {
 	defer s.mu.Unlock()
 	return len(s.asked)
 }
+
+// SignaturesComputed is how many bonds of a client to a root s has
+// computed, for the tests of their reuse.
+func SignaturesComputed(s *Signatures) uint64 { return s.computed.Load() }
+
+// SignaturesBondRoots is how many roots s keeps bonds for.
+func SignaturesBondRoots(s *Signatures) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.bonds)
+}

@@ -26,11 +26,11 @@ func (p *planning) renewals(phase Phase) []string {
 // due lists the clients not yet on root, in a stable order.
 func due(clients Clients, root *x509.Certificate, now time.Time) []string {
 	var names []string
-	for _, c := range clients.Items {
-		if !c.on(clients.Signatures, root, now) {
+	clients.Signatures.eachBond(clients.Items, root, func(c *Client, b bond) {
+		if !b.on(c, now) {
 			names = append(names, c.Name)
 		}
-	}
+	})
 	slices.Sort(names)
 	return names
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,6 +116,11 @@ type Signatures struct {
 	// hashing of seen's keys. Advance empties it; its keys keep the
 	// certificates alive until then, so an address cannot be reused.
 	asked map[[2]*x509.Certificate]bool
+	// bonds holds, for each root asked about, each client's bond to it
+	// (bonds.go): what survives from one reconcile to the next.
+	bonds []*bonds
+	// computed counts the bonds computed, for the tests of their reuse.
+	computed atomic.Uint64
 }
 
 // certDigest is what Signatures hashes of a certificate: the SHA-256 of
@@ -130,11 +136,11 @@ type certDigest struct {
 const maxDigests = 1 << 17
 
 // maxSignatures bounds the pairs a Signatures remembers within one
-// generation: about 150 bytes an entry, 40 MB when full. A reconcile asks
-// about each client's leaf and each root of the bundle (the per-root
-// client gauge does), so the bound must hold every pair at once: when the
-// pairs outnumber it, every reconcile refills it and checks every
-// signature again. 2^18 holds 50,000 clients with five roots.
+// generation: about 150 bytes an entry, 40 MB when full. The bonds
+// (bonds.go) ask about a client's leaf and a root only when they have not
+// seen them together, but after a restart or a rotation that is each
+// client with each root of the bundle at once, so the bound must hold every
+// pair: 2^18 holds 50,000 clients with five roots.
 const maxSignatures = 1 << 18
 
 // NewSignatures returns an empty Signatures.
@@ -158,6 +164,7 @@ func (s *Signatures) Advance() {
 	s.seen.sweep(s.gen)
 	s.signer.sweep(s.gen)
 	s.digests.sweep(s.gen)
+	s.sweepBonds()
 }
 
 // ChainsTo is the package's ChainsTo, with the signature check remembered.
