@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -34,9 +35,11 @@ const (
 )
 
 // renewer is a manager Runnable that works through the clients due for
-// renewal, with renewalWorkers workers. Only the leader runs it.
+// renewal, with RenewalWorkers(--renewal-qps) workers. Only the leader
+// runs it.
 type renewer struct {
 	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	workers  int
 	strategy Strategy
 	metrics  *Metrics
 	now      func() time.Time
@@ -106,6 +109,7 @@ func newRenewer(strategy Strategy, o Options) *renewer {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
+		workers:  RenewalWorkers(o.RenewalQPS),
 		strategy: strategy,
 		metrics:  o.Metrics,
 		logger:   o.Logger,
@@ -162,7 +166,7 @@ func (w *renewer) Start(ctx context.Context) error {
 		w.queue.ShutDown()
 	}()
 	var wg sync.WaitGroup
-	for range renewalWorkers {
+	for range w.workers {
 		wg.Go(func() {
 			for w.next(ctx) {
 			}
@@ -172,11 +176,26 @@ func (w *renewer) Start(ctx context.Context) error {
 	return nil
 }
 
-// renewalWorkers act on the queue at once. The token bucket sets the pace;
-// the workers only let one trigger's round trip overlap the next ones': a
-// status update takes milliseconds, so one worker alone held 500/s to about
-// 100/s. The queue never hands one client to two workers.
-const renewalWorkers = 8
+// RenewalWorkers is how many workers act on the queue at once at qps
+// renewals per second. The token bucket sets the pace; the workers only let
+// one trigger's round trip overlap the next ones'. A pace of qps holds while
+// a round trip takes up to workers/qps (Little's law), so there are enough
+// for renewalRoundTrip at the configured rate: under an API server busy
+// with cert-manager's re-issues a status update can take tens of
+// milliseconds, and 8 workers held 500/s to 370-410/s. Never fewer than
+// minRenewalWorkers (a slow request must not stall a slow pace), never more
+// than maxRenewalWorkers requests in flight. The queue never hands one
+// client to two workers.
+func RenewalWorkers(qps float64) int {
+	n := int(math.Ceil(qps * renewalRoundTrip.Seconds()))
+	return min(max(n, minRenewalWorkers), maxRenewalWorkers)
+}
+
+const (
+	renewalRoundTrip  = 200 * time.Millisecond
+	minRenewalWorkers = 8
+	maxRenewalWorkers = 64
+)
 
 // NeedLeaderElection: only the leader renews.
 func (w *renewer) NeedLeaderElection() bool { return true }

@@ -1,7 +1,9 @@
 package syncer
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +227,98 @@ func TestProgressOnlyChangesAreTold(t *testing.T) {
 	g.Expect(progressOnly(base, phase)).To(BeFalse(), "a phase change is written at once")
 	g.Expect(progressOnly(base, data)).To(BeFalse(), "a bundle change is written at once")
 	g.Expect(progressOnly(base, base.DeepCopy())).To(BeFalse(), "nothing changed")
+}
+
+// TestRenewerOverlapsAsManyRoundTripsAsItsRateNeeds: with every round trip
+// held open, the renewer has exactly RenewalWorkers(qps) in flight, never
+// more: enough at a high rate that a slow API server does not slow the
+// pace, never fewer than the minimum at a low one, capped at a high one.
+// Released, every client is acted on once.
+func TestRenewerOverlapsAsManyRoundTripsAsItsRateNeeds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		qps     float64
+		workers int
+	}{{5, minRenewalWorkers}, {100, 20}, {1000, maxRenewalWorkers}} {
+		t.Run(fmt.Sprint("qps=", tc.qps), func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			g.Expect(RenewalWorkers(tc.qps)).To(Equal(tc.workers))
+			const clients = 100
+			o := testOptions()
+			o.RenewalQPS, o.RenewalBurst = tc.qps, clients // every client ready at once
+			held := &heldRenewals{release: make(chan struct{})}
+			w := newRenewer(held, o)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = w.Start(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			due := map[types.NamespacedName]dueClient{}
+			for i := range clients {
+				due[key(fmt.Sprint("client-", i))] = dueClient{}
+			}
+			g.Expect(w.update(due, nil)).To(Equal(clients))
+			g.Eventually(held.inFlight).Should(Equal(tc.workers), "every worker holds a round trip open")
+			g.Consistently(held.inFlight).WithTimeout(300*time.Millisecond).Should(Equal(tc.workers), "and no more start")
+			close(held.release)
+			g.Eventually(held.acted).Should(HaveLen(clients), "released, every client is acted on")
+			once := map[types.NamespacedName]bool{}
+			for _, k := range held.acted() {
+				once[k] = true
+			}
+			g.Expect(once).To(HaveLen(clients), "each once")
+			g.Expect(held.peak()).To(Equal(tc.workers))
+		})
+	}
+}
+
+// heldRenewals is the zero-downtime strategy whose every renewal waits for
+// release: it counts the round trips open at once, and the clients acted on.
+type heldRenewals struct {
+	zeroDowntime
+	release chan struct{}
+
+	mu          sync.Mutex
+	open, most  int
+	actedOnKeys []types.NamespacedName
+}
+
+func (h *heldRenewals) Renew(ctx context.Context, key types.NamespacedName, _ *metav1.ObjectMeta) (bool, error) {
+	h.mu.Lock()
+	h.open++
+	h.most = max(h.most, h.open)
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.open--
+		h.mu.Unlock()
+	}()
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	h.mu.Lock()
+	h.actedOnKeys = append(h.actedOnKeys, key)
+	h.mu.Unlock()
+	return true, nil
+}
+
+func (h *heldRenewals) inFlight() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open
+}
+
+func (h *heldRenewals) peak() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.most
+}
+
+func (h *heldRenewals) acted() []types.NamespacedName {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]types.NamespacedName(nil), h.actedOnKeys...)
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
 )
 
 // certManagerFanOut has the real cert-manager controller re-issue the
@@ -134,9 +135,6 @@ func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, names []st
 // default.
 const floorBurst = 10
 
-// floorWorkers is the number of workers of dualca's renewer.
-const floorWorkers = 8
-
 // floorTrigger sets Issuing on every Certificate of names the way an
 // operator's loop around `cmctl renew` would: read it, write the condition
 // (a conflict reads it again), paced by a token bucket at the benchmark's
@@ -157,7 +155,7 @@ func (b *bench) floorTrigger(ctx context.Context, ns string, names []string) err
 		}
 		return nil
 	})
-	for range floorWorkers {
+	for range syncer.RenewalWorkers(b.opts.qps) {
 		g.Go(func() error {
 			for name := range work {
 				if err := limiter.Wait(ctx); err != nil {
