@@ -8,22 +8,26 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 )
 
 // roots measures how dualca's cost grows with the roots in its bundle, as
-// rotations faster than the server switches pile them up. dualca runs
-// without client tracking (roots then stay until they expire) and a grace
-// period of a day, so every rotation adds a root; the server chain grows
-// with them until its bound (bundle.MaxServerChainLinks) switches the
-// server. At each size, the root is then turned back and forth between the
-// two newest roots: each turn is a rotation dualca handles in full (a new
-// current root, its state written) with the bundle's size fixed, so that
-// enough samples share one size. New roots' own samples are kept too.
+// rotations faster than the server switches pile them up. At each size a
+// dualca of its own, in a namespace of its own, runs without client
+// tracking (roots then stay until they expire) and a grace period of a
+// day, so every rotation adds a root; the server chain grows with them
+// until its bound (bundle.MaxServerChainLinks) switches the server. Once
+// every size is piled up, each one's root is turned back and forth between
+// its two newest roots: each turn is a rotation dualca handles in full (a
+// new current root, its state written) with the bundle's size fixed. The
+// turns of every size, and the writes of each size's floor, are
+// interleaved in a random order each round, so that every size and its
+// floor meet the same machine: a compaction or a busy moment of the API
+// server lands on all of them, not on the size measured at that time.
 func (b *bench) roots(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -32,70 +36,101 @@ func (b *bench) roots(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := b.newWorld(ctx, "roots", all[0])
+	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // G404: random pauses and order, nothing secret
+	pause := func() { time.Sleep(5*time.Millisecond + time.Duration(rng.Int64N(int64(20*time.Millisecond)))) }
+	var piles []*rootsPile
+	for _, size := range sizes {
+		if size < 2 {
+			continue // a turn needs two roots
+		}
+		pl, err := b.pileUp(ctx, all[:size], pause)
+		if pl != nil {
+			defer pl.dualca.stop()
+		}
+		if err != nil {
+			return fmt.Errorf("%d roots: %w", size, err)
+		}
+		piles = append(piles, pl)
+	}
+	cpuBefore := make([]time.Duration, len(piles))
+	for k, pl := range piles {
+		if cpuBefore[k], err = pl.dualca.cpu(); err != nil {
+			return err
+		}
+	}
+	for i := range b.opts.turns {
+		for _, k := range rng.Perm(len(piles)) {
+			pl := piles[k]
+			pause()
+			sample, v, err := rotateTo(ctx, pl.world, pl.gateway, pl.roots[len(pl.roots)-1-(i+1)%2])
+			if err != nil {
+				return fmt.Errorf("%d roots, turn %d: %w", len(pl.roots), i+1, err)
+			}
+			pl.point.samples = append(pl.point.samples, sample)
+			pl.point.roots, pl.point.chainBytes, pl.point.links = len(v.trusts), v.chainBytes, v.links
+			pause()
+			if err := pl.floor.write(ctx, &pl.point.floor); err != nil {
+				return fmt.Errorf("%d roots, the floor: %w", len(pl.roots), err)
+			}
+		}
+	}
+	for k, pl := range piles {
+		cpuAfter, err := pl.dualca.cpu()
+		if err != nil {
+			return err
+		}
+		pl.point.cpuPerTurn = (cpuAfter - cpuBefore[k]) / time.Duration(b.opts.turns)
+		if err := pl.dualca.alive(); err != nil {
+			return err
+		}
+		b.report.roots = append(b.report.roots, pl.point)
+		b.log("%d roots (%d in ca.crt, tls.crt %d bytes): %s, CPU %s per rotation; the floor at %d bytes: %s", pl.point.size, pl.point.roots,
+			pl.point.chainBytes, summarize(pl.point.samples), pl.point.cpuPerTurn, pl.point.floor.bytes, summarize(pl.point.floor.samples))
+	}
+	return nil
+}
+
+// rootsPile is one size of the bundle: its namespace, its dualca, the
+// roots it was brought to that size with, its floor.
+type rootsPile struct {
+	world   *world
+	gateway *secretWatch
+	dualca  *process
+	roots   []*certs.CA
+	floor   *sameSizeFloor
+	point   rootsPoint
+}
+
+// pileUp starts a dualca on the first of roots in a namespace of its own
+// and rotates through the others, so that its bundle holds them all; the
+// last rotation's propagation is the new root's sample. The floor then
+// takes the gateway Secret's data. The process is returned to be stopped
+// even with an error.
+func (b *bench) pileUp(ctx context.Context, roots []*certs.CA, pause func()) (*rootsPile, error) {
+	w, err := b.newWorld(ctx, fmt.Sprintf("roots-%d", len(roots)), roots[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	gw, err := w.watchSecret(ctx, gatewayName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := b.startDualca(b.cluster.Kubeconfig, w.rootFlag(), w.gatewayFlag(), "--trust-propagation-delay=20ms", "--server-switch-grace=24h")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer p.stop()
-	if _, err := gw.steadyOn(ctx, 0, all[0]); err != nil {
-		return err
+	pl := &rootsPile{world: w, gateway: gw, dualca: p, roots: roots, point: rootsPoint{size: len(roots)}}
+	if _, err := gw.steadyOn(ctx, 0, roots[0]); err != nil {
+		return pl, err
 	}
-	floor, err := w.watchSecret(ctx, floorName)
-	if err != nil {
-		return err
+	for have := 1; have < len(roots); have++ {
+		pause()
+		if pl.point.newRoot, _, err = rotateTo(ctx, w, gw, roots[have]); err != nil {
+			return pl, fmt.Errorf("new root %d: %w", have+1, err)
+		}
 	}
-	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // G404: random pauses, nothing secret
-	pause := func() { time.Sleep(5*time.Millisecond + time.Duration(rng.Int64N(int64(20*time.Millisecond)))) }
-	have := 1
-	for _, size := range sizes {
-		point := rootsPoint{size: size}
-		for ; have < size; have++ { // new roots up to size
-			pause()
-			sample, _, err := rotateTo(ctx, w, gw, all[have])
-			if err != nil {
-				return fmt.Errorf("new root %d: %w", have+1, err)
-			}
-			if have+1 == size {
-				point.newRoot = sample
-			}
-		}
-		if size < 2 {
-			continue
-		}
-		cpuBefore, err := p.cpu()
-		if err != nil {
-			return err
-		}
-		for i := range b.opts.turns {
-			pause()
-			sample, v, err := rotateTo(ctx, w, gw, all[size-1-(i+1)%2])
-			if err != nil {
-				return fmt.Errorf("%d roots, turn %d: %w", size, i+1, err)
-			}
-			point.samples = append(point.samples, sample)
-			point.roots, point.chainBytes, point.links = len(v.trusts), v.chainBytes, v.links
-		}
-		cpuAfter, err := p.cpu()
-		if err != nil {
-			return err
-		}
-		point.cpuPerTurn = (cpuAfter - cpuBefore) / time.Duration(b.opts.turns)
-		if point.floor, err = sameSizeFloor(ctx, w, floor, b.opts.turns, pause); err != nil {
-			return fmt.Errorf("%d roots, the floor: %w", size, err)
-		}
-		b.report.roots = append(b.report.roots, point)
-		b.log("%d roots (%d in ca.crt, tls.crt %d bytes): %s, CPU %s per rotation; the floor at %d bytes: %s", size, point.roots, point.chainBytes,
-			summarize(point.samples), point.cpuPerTurn, point.floor.bytes, summarize(point.floor.samples))
-	}
-	return p.alive()
+	pl.floor, err = newSameSizeFloor(ctx, w, &pl.point.floor)
+	return pl, err
 }
 
 // rotateTo writes root and waits for the gateway to name it current.
@@ -116,47 +151,57 @@ const floorName = "roots-floor"
 // sameSizeFloor is what the API server alone costs to store and deliver a
 // gateway Secret of the size the bundle has reached, the least any system
 // that writes it pays at each rotation: the gateway's data copied into a
-// Secret of its own, then written n times in full (a new annotation each
-// time, at the same random pauses as the turns), each timed from the
-// start of the PUT to its watch event.
-func sameSizeFloor(ctx context.Context, w *world, watch *secretWatch, n int, pause func()) (floorPoint, error) {
+// Secret of its own, then written in full (a new annotation each time),
+// each write timed from the start of the PUT to its watch event.
+type sameSizeFloor struct {
+	secrets typedcorev1.SecretInterface
+	target  *corev1.Secret
+	watch   *secretWatch
+	writes  int
+}
+
+// newSameSizeFloor copies the world's gateway Secret into the floor's and
+// records its size in pt.
+func newSameSizeFloor(ctx context.Context, w *world, pt *floorPoint) (*sameSizeFloor, error) {
 	secrets := w.b.cs.CoreV1().Secrets(w.ns)
 	gateway, err := secrets.Get(ctx, gatewayName, metav1.GetOptions{})
 	if err != nil {
-		return floorPoint{}, err
+		return nil, err
 	}
-	pt := floorPoint{}
+	pt.bytes = 0
 	for _, v := range gateway.Data {
 		pt.bytes += len(v)
 	}
-	target, err := secrets.Get(ctx, floorName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		target, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: floorName}, Type: gateway.Type, Data: gateway.Data}, metav1.CreateOptions{})
-	case err == nil:
-		target.Data = gateway.Data
-		target, err = secrets.Update(ctx, target, metav1.UpdateOptions{})
-	}
+	target, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: floorName}, Type: gateway.Type, Data: gateway.Data}, metav1.CreateOptions{})
 	if err != nil {
-		return pt, err
+		return nil, err
 	}
-	for i := range n {
-		pause()
-		mark := watch.mark()
-		next := target.DeepCopy()
-		metav1.SetMetaDataAnnotation(&next.ObjectMeta, "bench.dualca.io/write", strconv.Itoa(i))
-		began := time.Now()
-		if target, err = secrets.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
-			return pt, err
-		}
-		rv := target.ResourceVersion
-		v, err := watch.waitFor(ctx, mark, time.Minute, "the floor's write "+rv, func(v version) bool { return v.rv == rv })
-		if err != nil {
-			return pt, err
-		}
-		pt.samples = append(pt.samples, v.at.Sub(began))
+	watch, err := w.watchSecret(ctx, floorName)
+	if err != nil {
+		return nil, err
 	}
-	return pt, nil
+	return &sameSizeFloor{secrets: secrets, target: target, watch: watch}, nil
+}
+
+// write writes the floor's Secret once and adds its propagation to pt.
+func (f *sameSizeFloor) write(ctx context.Context, pt *floorPoint) error {
+	mark := f.watch.mark()
+	next := f.target.DeepCopy()
+	f.writes++
+	metav1.SetMetaDataAnnotation(&next.ObjectMeta, "bench.dualca.io/write", strconv.Itoa(f.writes))
+	began := time.Now()
+	target, err := f.secrets.Update(ctx, next, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	f.target = target
+	rv := target.ResourceVersion
+	v, err := f.watch.waitFor(ctx, mark, time.Minute, "the floor's write "+rv, func(v version) bool { return v.rv == rv })
+	if err != nil {
+		return err
+	}
+	pt.samples = append(pt.samples, v.at.Sub(began))
+	return nil
 }
 
 // floorPoint is the floor at one size of the bundle: the propagation of
