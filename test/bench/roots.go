@@ -37,7 +37,10 @@ func (b *bench) roots(ctx context.Context) error {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // G404: random pauses and order, nothing secret
-	pause := func() { time.Sleep(5*time.Millisecond + time.Duration(rng.Int64N(int64(20*time.Millisecond)))) }
+	// 2-12 ms: with five sizes interleaved, a size's next turn comes after
+	// the other sizes' turns and floors, eight writes and their pauses
+	// later, and make bench ends within its 45 minutes.
+	pause := func() { time.Sleep(2*time.Millisecond + time.Duration(rng.Int64N(int64(10*time.Millisecond)))) }
 	var piles []*rootsPile
 	for _, size := range sizes {
 		if size < 2 {
