@@ -91,6 +91,7 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 		"Time given to the gateway to load a bundle holding a new root before clients are moved to it.")
 	fs.DurationVar(&o.ServerSwitchGrace, "server-switch-grace", o.ServerSwitchGrace,
 		"Time after a new root entered the bundle when the server credential is switched to it even if clients are not ready.")
+	o.addStateFlags(fs)
 	o.addClientFlags(fs, "Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). Empty: clients are not tracked, old roots stay until they expire.")
 	fs.Float64Var(&o.RenewalQPS, "renewal-qps", o.RenewalQPS,
 		"Client renewals triggered per second at most (token bucket, jittered).")
@@ -168,6 +169,8 @@ func (o Options) Syncer() syncer.Options {
 	return syncer.Options{
 		RootSecret:              o.RootSecret,
 		GatewaySecret:           o.GatewaySecret,
+		StateSecret:             o.StateSecret,
+		StatusConfigMap:         o.StatusConfigMap,
 		Legacy:                  o.Legacy,
 		PollInterval:            o.PollInterval,
 		TrustPropagationDelay:   o.TrustPropagationDelay,
@@ -261,6 +264,13 @@ func (s *Status) validate(malformed map[string]bool) error {
 // registered on o show the options as they are now.
 func (o *Objects) syncRaw() {
 	o.rootSecret, o.gatewaySecret = keyString(o.RootSecret), keyString(o.GatewaySecret)
+	o.stateSecret, o.statusConfigMap = "", ""
+	if o.StateSecret != DefaultStateSecret(o.GatewaySecret) {
+		o.stateSecret = keyString(o.StateSecret)
+	}
+	if o.StatusConfigMap != DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret) {
+		o.statusConfigMap = keyString(o.StatusConfigMap)
+	}
 	o.clientSelector, o.clientNamespaces = "", strings.Join(o.ClientNamespaces, ",")
 	if o.ClientSelector != nil {
 		o.clientSelector = o.ClientSelector.String()

@@ -26,9 +26,45 @@ type Objects struct {
 	// ClientNamespaces are where the client Certificates live (default: the
 	// gateway Secret's namespace).
 	ClientNamespaces []string
+	// StateSecret is dualca's record: the gateway Secret as dualca means it
+	// and the roots it read from the root Secret. Only dualca's account may
+	// write it (default: DefaultStateSecret of the gateway Secret).
+	StateSecret types.NamespacedName
+	// StatusConfigMap is the public, key-free status dualca publishes and
+	// the operator's controls (pause, promote) it obeys (default:
+	// DefaultStatusConfigMap of the gateway and the record).
+	StatusConfigMap types.NamespacedName
 
 	// The flags as given, which parse turns into the fields above.
-	rootSecret, gatewaySecret, clientSelector, clientNamespaces string
+	rootSecret, gatewaySecret, clientSelector, clientNamespaces, stateSecret, statusConfigMap string
+}
+
+// DefaultStateSecret is the record's key when --state-secret is not
+// given: beside the gateway Secret, named after it. The chart puts it in
+// dualca's own namespace instead, where only dualca's account writes.
+func DefaultStateSecret(gateway types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: gateway.Namespace, Name: gateway.Name + "-dualca-state"}
+}
+
+// DefaultStatusConfigMap is the status ConfigMap's key when
+// --status-configmap is not given: in the record's namespace, named after
+// the gateway Secret.
+func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: state.Namespace, Name: gateway.Name + "-dualca-status"}
+}
+
+// addStateFlags registers --state-secret and --status-configmap.
+func (o *Objects) addStateFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.stateSecret, "state-secret", o.stateSecret,
+		"dualca's record, as NAMESPACE/NAME: the gateway Secret as dualca means it and the roots it read from the root Secret. "+
+			"Put it where only dualca's account can write (default: GATEWAY_NAMESPACE/GATEWAY_NAME-dualca-state).")
+	o.addStatusFlag(fs)
+}
+
+// addStatusFlag registers --status-configmap.
+func (o *Objects) addStatusFlag(fs *flag.FlagSet) {
+	fs.StringVar(&o.statusConfigMap, "status-configmap", o.statusConfigMap,
+		"The public status and operator controls, a ConfigMap, as NAMESPACE/NAME (default: the record's namespace, GATEWAY_NAME-dualca-status).")
 }
 
 func (o *Objects) addSecretFlags(fs *flag.FlagSet, rootHelp, gatewayHelp string) {
@@ -57,7 +93,8 @@ func (o *Objects) parse() (map[string]bool, error) {
 	for _, k := range []struct {
 		flag, raw string
 		key       *types.NamespacedName
-	}{{"root-secret", o.rootSecret, &o.RootSecret}, {"gateway-secret", o.gatewaySecret, &o.GatewaySecret}} {
+	}{{"root-secret", o.rootSecret, &o.RootSecret}, {"gateway-secret", o.gatewaySecret, &o.GatewaySecret},
+		{"state-secret", o.stateSecret, &o.StateSecret}, {"status-configmap", o.statusConfigMap, &o.StatusConfigMap}} {
 		if k.raw != "" {
 			key, err := ParseKey(k.flag, k.raw)
 			note(k.flag, err)
@@ -79,7 +116,22 @@ func (o *Objects) parse() (map[string]bool, error) {
 	if len(o.ClientNamespaces) == 0 && o.GatewaySecret.Namespace != "" {
 		o.ClientNamespaces = []string{o.GatewaySecret.Namespace}
 	}
+	o.defaultState()
 	return malformed, errors.Join(errs...)
+}
+
+// defaultState gives the record and the status ConfigMap their default
+// keys, derived from the gateway Secret's, when they were not given.
+func (o *Objects) defaultState() {
+	if o.GatewaySecret.Name == "" {
+		return
+	}
+	if o.StateSecret.Name == "" {
+		o.StateSecret = DefaultStateSecret(o.GatewaySecret)
+	}
+	if o.StatusConfigMap.Name == "" {
+		o.StatusConfigMap = DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret)
+	}
 }
 
 // validate checks the typed fields; rootRequired says whether the command
@@ -106,6 +158,20 @@ func (o *Objects) validate(rootRequired bool, malformed map[string]bool) error {
 	}
 	if o.RootSecret.Name != "" && o.RootSecret == o.GatewaySecret {
 		errs = append(errs, errors.New("--gateway-secret must differ from --root-secret: dualca never writes the root"))
+	}
+	for _, k := range []struct {
+		flag string
+		key  types.NamespacedName
+	}{{"state-secret", o.StateSecret}, {"status-configmap", o.StatusConfigMap}} {
+		if k.key.Name == "" || malformed[k.flag] {
+			continue
+		}
+		if _, err := ParseKey(k.flag, k.key.String()); err != nil {
+			errs = append(errs, fmt.Errorf("%w (a default derived from --gateway-secret too long? give --%s)", err, k.flag))
+		}
+	}
+	if o.StateSecret.Name != "" && (o.StateSecret == o.RootSecret || o.StateSecret == o.GatewaySecret) {
+		errs = append(errs, errors.New("--state-secret must differ from --root-secret and --gateway-secret: it is dualca's own record"))
 	}
 	if o.ClientSelector != nil && o.ClientSelector.Empty() && !malformed["client-selector"] {
 		errs = append(errs, fmt.Errorf("--client-selector=%q selects everything; name the label of the client Certificates", o.ClientSelector.String()))

@@ -18,6 +18,12 @@ type Options struct {
 	RootSecret types.NamespacedName
 	// GatewaySecret is the Secret dualca owns and the gateway reads.
 	GatewaySecret types.NamespacedName
+	// StateSecret is dualca's record (see record.go): written only by
+	// dualca's account, it is what every decision starts from.
+	StateSecret types.NamespacedName
+	// StatusConfigMap is the public status dualca publishes, and the
+	// operator's controls it obeys.
+	StatusConfigMap types.NamespacedName
 	// Legacy chooses the legacy strategy over the zero-downtime one.
 	Legacy bool
 	// PollInterval is how often root and gateway are re-read uncached.
