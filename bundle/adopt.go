@@ -16,10 +16,13 @@ import (
 // current root, and switching back must not cut off the clients it left
 // behind: the roots they still use are kept too.
 
-// adoptedRoots returns the roots an adopted gateway trusts: every CA of its
-// ca.crt, and the roots the clients still use (clientRoots).
-func adoptedRoots(gw Gateway, root *Root, clients Clients, now time.Time) []*x509.Certificate {
-	return append(casIn(gw.CAPEM), clientRoots(root, clients, now)...)
+// adoptedRoots returns the roots an adopted gateway trusts: the CAs of its
+// ca.crt and the roots the clients still use (clientRoots), each only if
+// dualca read it from the root Secret (provenance.go): a client's ca.crt is
+// written by whatever Issuer signed it, and a subject is no proof.
+func (p *planning) adoptedRoots() []*x509.Certificate {
+	found := p.readFromRoot(casIn(p.gw.CAPEM), "ca.crt")
+	return append(found, p.readFromRoot(clientRoots(p.root, p.clients, p.now), "a selected client's ca.crt")...)
 }
 
 // clientRoots returns the roots that selected clients still depend on, as

@@ -29,11 +29,20 @@ const (
 	// ReasonGatewayRepaired: ca.crt was changed outside dualca, and the
 	// roots dualca recorded were restored.
 	ReasonGatewayRepaired = "GatewayRepaired"
+	// ReasonUntrustedRoot: a CA that dualca never read from the root
+	// Secret was found where a root was expected (ca.crt, tls.crt, a
+	// client's ca.crt) and was not trusted (see provenance.go).
+	ReasonUntrustedRoot = "UntrustedRoot"
+	// ReasonGatewayTampered: the gateway Secret's data or dualca's
+	// annotations on it were changed outside dualca; it was written again
+	// from dualca's record (emitted by the syncer).
+	ReasonGatewayTampered = "GatewayTampered"
 	// ReasonGatewayRestored: the gateway Secret was deleted and has been
 	// written again as dualca last wrote it (emitted by the syncer).
 	ReasonGatewayRestored = "GatewayRestored"
 	// ReasonServerCredentialFailed: no server certificate could be issued;
-	// the root itself is presented instead.
+	// the credential found is kept if there is one, else none is written:
+	// a root's key never goes where it was not.
 	ReasonServerCredentialFailed = "ServerCredentialFailed" //nolint:gosec // G101: an event reason, not a credential
 	// ReasonCrossSignFailed: a cross-certificate could not be issued, so
 	// clients of the new root may not verify the server until it switches.

@@ -103,6 +103,9 @@ type gatewaySecret struct {
 	// Hand edits: when not nil, the field is replaced after the
 	// annotations were recorded.
 	caPEM, certPEM, keyPEM []byte
+	// known are the roots dualca read from the root Secret; nil: those of
+	// roots, server and root, as when dualca wrote it all.
+	known []*certs.CA
 }
 
 func (s gatewaySecret) gateway() bundle.Gateway {
@@ -121,6 +124,13 @@ func (s gatewaySecret) gateway() bundle.Gateway {
 	}
 	gw := bundle.Gateway{Exists: true, CertPEM: s.server.CertPEM, KeyPEM: s.server.KeyPEM, CAPEM: ca,
 		State: bundle.ParseState(st.Annotations())}
+	known := s.known
+	if known == nil {
+		known = append(list(s.server, s.root), s.roots...)
+	}
+	for _, c := range known {
+		gw.Known = append(gw.Known, c.Cert)
+	}
 	if s.caPEM != nil {
 		gw.CAPEM = s.caPEM
 	}
@@ -148,7 +158,7 @@ func validRoot(t testing.TB, ca *certs.CA, now time.Time) *bundle.Root {
 // annotations read back through their text form.
 func written(d bundle.Decision) bundle.Gateway {
 	return bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM,
-		State: bundle.ParseState(d.State.Annotations())}
+		State: bundle.ParseState(d.State.Annotations()), Known: d.Known}
 }
 
 // legacyCopy is the gateway Secret the legacy strategy wrote for ca.

@@ -158,6 +158,9 @@ func (m *model) reconcile() {
 	}
 	// Invariant 6: deciding again on what was just written changes nothing.
 	next := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+	if string(next.CAPEM) != string(m.gw.CAPEM) || !maps.Equal(next.State.Annotations(), m.annots) || string(next.CertPEM) != string(m.gw.CertPEM) {
+		m.t.Logf("DEBUG ca %v -> %v\nannots %v\n-> %v\nknown %v -> %v events %v", names(parsed(m.t, m.gw.CAPEM)), names(parsed(m.t, next.CAPEM)), m.annots, next.State.Annotations(), names(m.gw.Known), names(next.Known), next.Events)
+	}
 	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing: %v then %v", credentialShape(m.gw.CertPEM), credentialShape(next.CertPEM))
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
@@ -184,7 +187,7 @@ func (m *model) apply(d bundle.Decision) {
 		}
 	}
 	m.annots = d.State.Annotations()
-	m.gw = bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(m.annots)}
+	m.gw = bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(m.annots), Known: d.Known}
 }
 
 func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {

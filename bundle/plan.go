@@ -5,13 +5,19 @@ import (
 	"time"
 )
 
-// Gateway is the gateway Secret as read from the API server.
+// Gateway is the gateway Secret as dualca last decided it: the syncer
+// reads it from dualca's record, not from the gateway Secret, which others
+// may write. Plan still treats every field as hostile (see provenance.go).
 type Gateway struct {
 	Exists bool
-	// CertPEM, KeyPEM and CAPEM are tls.crt, tls.key and ca.crt as found.
+	// CertPEM, KeyPEM and CAPEM are tls.crt, tls.key and ca.crt.
 	CertPEM, KeyPEM, CAPEM []byte
-	// State is what its annotations say.
+	// State is what the recorded annotations say.
 	State State
+	// Known are the roots dualca read from the root Secret, as its record
+	// remembers them (Decision.Known of the decision before). Only these
+	// and the current root are ever trusted or signed for.
+	Known []*x509.Certificate
 	// Parsed remembers what earlier decisions parsed of the gateway; nil,
 	// the decision parses the fields afresh (see Parsed).
 	Parsed *Parsed
@@ -47,6 +53,9 @@ type Decision struct {
 	// decision need not parse them again. nil when it has not.
 	Roots []*x509.Certificate
 	Leaf  *x509.Certificate
+	// Known is what the record keeps of the roots read from the root
+	// Secret, for the next decision's Gateway.Known (see Provenance).
+	Known []*x509.Certificate
 }
 
 // Plan decides the next gateway Secret of the zero-downtime strategy from the
@@ -96,6 +105,8 @@ type planning struct {
 	edited bool
 	// progress is the clients' progress toward the current root.
 	progress Progress
+	// known are the roots read from the root Secret (provenance.go).
+	known provenance
 	// paused: the operator holds the rotation (control.go).
 	paused bool
 	events []Event
@@ -108,7 +119,8 @@ func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Ti
 		clients.Signatures = NewSignatures()
 	}
 	return &planning{gw: gw, root: root, clients: clients, t: t, now: now, stamp: stamp(now),
-		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now)}
+		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now),
+		known: newProvenance(gw.Known, root, clients.Signatures)}
 }
 
 func (p *planning) emit(e Event) { p.events = append(p.events, e) }
@@ -125,7 +137,8 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 	st.Timings = p.t
 	upcoming := upcoming(st, serverRoot, kept, p.clients, p.t, p.now, p.paused)
 	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
-		NextCheck: nextCheck(upcoming), Upcoming: upcoming, Roots: kept, Leaf: cred.leaf}
+		NextCheck: nextCheck(upcoming), Upcoming: upcoming, Roots: kept, Leaf: cred.leaf,
+		Known: Provenance(p.gw.Known, p.root, kept, p.now)}
 	p.gw.Parsed.written(d.CAPEM, kept, d.CertPEM, cred.chain())
 	if p.clients.Tracked {
 		progress := p.progress

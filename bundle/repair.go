@@ -40,6 +40,13 @@ func repairedRoots(gw Gateway, clients Clients) []*x509.Certificate {
 // means the server must be replaced (see decideSwitch).
 func (p *planning) recordedServer(trusted []*x509.Certificate) *server {
 	found := readServer(p.gw, append(trusted, p.root.Cert), p.clients.Signatures)
+	if found != nil && found.selfSigned && !p.fromRootSecret(found.root) {
+		// A CA with its key in tls.crt that dualca never read from the
+		// root Secret: issuing from it, or cross-signing it, would lend
+		// the root's trust to someone else's key.
+		p.readFromRoot([]*x509.Certificate{found.root}, "tls.crt")
+		return nil
+	}
 	if found != nil && !p.adopting && Fingerprint(found.root) != p.gw.State.Server {
 		return nil
 	}

@@ -97,7 +97,7 @@ func TestPlanRepairsHandEdits(t *testing.T) {
 			wantServer:      f.r2,
 			wantBundle:      list(f.r2, f.r1),
 			wantPhase:       bundle.PhaseRetiring,
-			wantEvents:      serverReplaced,
+			wantEvents:      append([]wantEvent{{reason: bundle.ReasonUntrustedRoot, warning: true, contains: `tls.crt held 1 CA`}}, serverReplaced...),
 			wantRenew:       []string{"ns/a"},
 			wantProgress:    &bundle.Progress{Pending: 1},
 			wantRootAddedAt: testNow.Add(-10 * time.Second),

@@ -64,19 +64,21 @@ type server struct {
 // to the current root, each root certified by the next one to have been
 // current: clients that trust any root along it can verify the server.
 func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept []*x509.Certificate) *server {
-	root := p.root
 	s := found
 	if s == nil || s.selfSigned {
-		keyPEM := root.KeyPEM // no usable credential: the server just moved to root
+		keyPEM := p.root.KeyPEM // no usable credential: the server just moved to root
 		if s != nil {
 			keyPEM = s.keyPEM
 		}
 		issued, err := issueServer(serverRoot, keyPEM)
 		if err != nil {
+			// Fail closed: the root's key never goes where it was not. The
+			// legacy form found stays (its key was there already); with
+			// nothing found, no credential is written.
 			p.emit(Event{Warning: true, Reason: ReasonServerCredentialFailed,
-				Message: "could not issue a server certificate, presenting the root itself: " + err.Error()})
+				Message: "could not issue a server certificate, keeping the credential found (none if none was): " + err.Error()})
 			if s == nil {
-				s = &server{root: root.Cert, leaf: root.Cert, keyPEM: root.KeyPEM, selfSigned: true}
+				s = &server{root: serverRoot}
 			}
 			return s
 		}
@@ -130,8 +132,11 @@ func (s *server) certPEM(parsed *Parsed) []byte {
 	return parsed.encode(s.chain())
 }
 
-// chain is the certificates of tls.crt.
+// chain is the certificates of tls.crt; none when no credential could be made.
 func (s *server) chain() []*x509.Certificate {
+	if s.leaf == nil {
+		return nil
+	}
 	return append([]*x509.Certificate{s.leaf}, s.crosses...)
 }
 

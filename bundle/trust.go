@@ -10,18 +10,21 @@ import "crypto/x509"
 // stay. A Secret dualca wrote and nobody edited is taken as is. An edited
 // one is repaired (repairedRoots): only the roots dualca recorded stay, with
 // a Warning. An adopted one (new, legacy, or stripped of dualca's
-// annotations) seeds the bundle (adoptedRoots).
+// annotations) seeds the bundle (adoptedRoots). Whichever it is, a root
+// dualca never read from the root Secret does not stay (provenance.go): a
+// matching hash or a recorded fingerprint only says what dualca wrote, and
+// whoever wrote the Secret could have written those too.
 func (p *planning) trustedRoots() []*x509.Certificate {
 	switch {
 	case p.adopting:
-		return adoptedRoots(p.gw, p.root, p.clients, p.now)
+		return p.adoptedRoots()
 	case p.gw.Parsed.hash(p.gw.CAPEM) == p.gw.State.BundleHash:
-		return p.gw.Parsed.casIn(p.gw.CAPEM)
+		return p.readFromRoot(p.gw.Parsed.casIn(p.gw.CAPEM), "ca.crt")
 	}
 	p.edited = true
 	p.emit(Event{Warning: true, Reason: ReasonGatewayRepaired,
 		Message: "ca.crt was changed outside dualca; restoring the roots dualca recorded"})
-	return repairedRoots(p.gw, p.clients)
+	return p.readFromRoot(repairedRoots(p.gw, p.clients), "ca.crt")
 }
 
 // reportBundle reports a gateway Secret created, or a trust bundle that

@@ -30,11 +30,14 @@ import (
 // pause and promote are kept as found, not obeyed. Renew lists the
 // clients whose Secret holds a leaf not issued by the root: the syncer
 // deletes those Secrets.
-func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, _ time.Time) bundle.Decision {
+func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time.Time) bundle.Decision {
 	d := bundle.Decision{
 		CertPEM: root.CertPEM,
 		KeyPEM:  root.KeyPEM,
 		CAPEM:   root.CAPEM,
+		// The roots read from the root Secret are remembered here too: a
+		// switch back to zero-downtime adopts the clients still on them.
+		Known: bundle.Provenance(gw.Known, root, nil, now),
 		State: bundle.State{
 			Strategy: bundle.StrategyLegacy,
 			Root:     root.Fingerprint,
