@@ -111,7 +111,8 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	strategy := newStrategy(o, mgr.GetAPIReader(), certs, mgr.GetClient())
 	o.Metrics.strategy(strategy)
 	store := &gatewayStore{rootKey: o.RootSecret, gatewayKey: o.GatewaySecret, api: mgr.GetAPIReader(),
-		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval, parsed: bundle.NewParsed()}
+		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval, parsed: bundle.NewParsed(),
+		record: &record{key: o.StateSecret, api: mgr.GetAPIReader(), writer: mgr.GetClient()}}
 	if !o.DisableWatches {
 		// Reconciles between polls read these caches (gatewayStore.source).
 		store.rootCache, store.gatewayCache = c.root, c.gateway

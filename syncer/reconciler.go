@@ -91,7 +91,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	p := pass{rootFP: root.Fingerprint}
 	r.report.rootSeen(root.Fingerprint, r.clock.Now())
-	gateway, err := r.store.readGateway(ctx, gatewayFrom)
+	gateway, err := r.store.readGateway(ctx, gatewayFrom, root)
 	if err != nil {
 		return p, err
 	}
@@ -102,7 +102,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	p.clients.Signatures = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
-	p.written, err = r.store.write(ctx, gateway, p.decision)
+	p.written, err = r.store.write(ctx, gateway, p.decision, root)
 	return p, err
 }
 
