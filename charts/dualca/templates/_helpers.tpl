@@ -119,7 +119,7 @@ test/chart checks the two agree.
 {{- if le (len $full) 253 -}}
 {{- $full -}}
 {{- else -}}
-{{- printf "%s-%s" ($full | trunc 242 | regexReplaceAll "[-.]+$" "") (sha256sum $full | trunc 10) -}}
+{{- printf "%s-%s" (regexReplaceAll "[-.]+$" ($full | trunc 242) "") (sha256sum $full | trunc 10) -}}
 {{- end -}}
 {{- end -}}
 
