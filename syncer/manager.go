@@ -157,6 +157,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	if c.clients != nil {
 		r.clients = (&clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}).watched()
 		r.renewer = newRenewer(strategy, o)
+		r.renewer.reportTo(r.report.recorder, store.current)
 	}
 	return r
 }

@@ -36,6 +36,7 @@ type Metrics struct {
 	switchesForced prometheus.Counter
 	lastSync       prometheus.Gauge
 	paused         prometheus.Gauge
+	abandoned      prometheus.Gauge
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -73,6 +74,8 @@ func NewMetrics() *Metrics {
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
 		paused: gauge("dualca_paused",
 			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
+		abandoned: gauge("dualca_clients_abandoned",
+			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root, and still not on it."),
 	}
 }
 
@@ -86,7 +89,7 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
-		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused}
+		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused, m.abandoned}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.
