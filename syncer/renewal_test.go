@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -176,6 +178,60 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 	g.Expect(reported[1].root).To(Equal("R3"), "reported again, for the new root")
 	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
 	g.Expect(w.triggers).To(HaveLen(1), "R2's counts are forgotten: %v", w.triggers)
+}
+
+// TestAnAbandonedClientIsAWarningOnTheGatewaySecret: the report is one
+// Warning per client on the gateway Secret, the client's Certificate as
+// the related object (the events API would fold several clients' events
+// into one series without it), naming the client and the root.
+func TestAnAbandonedClientIsAWarningOnTheGatewaySecret(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	rec := &recordedEvents{}
+	gateway := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "gw", Name: "gateway"}}
+	w := newRenewer(&zeroDowntime{}, testOptions())
+	defer w.queue.ShutDown()
+	w.reportTo(rec, func(context.Context) *corev1.Secret { return gateway })
+	a := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	b := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}
+	root := "3f9a1c2b7d4e" + strings.Repeat("0", 52)
+	w.report([]abandonedClient{{key: key("a"), root: root, cert: a}, {key: key("b"), root: root, cert: b}})
+	g.Expect(rec.events).To(HaveLen(2))
+	for i, crt := range []*cmapi.Certificate{a, b} {
+		e := rec.events[i]
+		g.Expect(e.regarding).To(BeIdenticalTo(gateway))
+		g.Expect(e.related).To(BeIdenticalTo(crt))
+		g.Expect(e.typ).To(Equal(corev1.EventTypeWarning))
+		g.Expect(e.reason).To(Equal(ReasonClientRenewalAbandoned))
+		g.Expect(e.note).To(And(ContainSubstring("client ns/"+crt.Name), ContainSubstring("3 times on root 3f9a1c2b7d4e"),
+			ContainSubstring("not triggered again until the next root")))
+	}
+
+	// Without the gateway Secret there is nothing to put the event on.
+	gateway = nil
+	w.report([]abandonedClient{{key: key("a"), root: root, cert: a}})
+	g.Expect(rec.events).To(HaveLen(2))
+}
+
+type recordedEvent struct {
+	regarding, related runtime.Object
+	typ, reason, note  string
+}
+
+// recordedEvents is an EventRecorder that keeps what it is given.
+type recordedEvents struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+func (r *recordedEvents) Eventf(regarding, related runtime.Object, typ, reason, _, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recordedEvent{regarding: regarding, related: related, typ: typ, reason: reason, note: fmt.Sprintf(note, args...)})
+}
+
+func (r *recordedEvents) AnnotatedEventf(regarding, related runtime.Object, _ map[string]string, typ, reason, action, note string, args ...any) {
+	r.Eventf(regarding, related, typ, reason, action, note, args...)
 }
 
 // countedRenewals is the zero-downtime strategy whose renewals only count.
