@@ -577,6 +577,14 @@ spec:
 	for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
 		g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "gateway")), "the Roles are the gateway's ServiceAccount's")
 	}
+
+	// The gateway's replica count is not this chart's to know: without
+	// leader election the gateway chart does not render.
+	values := strings.Replace(files["values.yaml"], "  leaderElection: {enabled: true}\n", "", 1)
+	g.Expect(values).NotTo(Equal(files["values.yaml"]))
+	g.Expect(os.WriteFile(filepath.Join(gateway, "values.yaml"), []byte(values), 0o600)).To(Succeed())
+	_, err = render(t, gateway, "")
+	g.Expect(err).To(MatchError(ContainSubstring("needs leaderElection.enabled")), "a sidecar without leader election is refused")
 }
 
 // TestTheChartRequiresATestedKubernetesVersion checks the chart's
