@@ -38,6 +38,7 @@ type Metrics struct {
 	paused         prometheus.Gauge
 	tampered       prometheus.Counter
 	untrusted      prometheus.Counter
+	abandoned      prometheus.Gauge
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -79,6 +80,8 @@ func NewMetrics() *Metrics {
 			Help: "Decisions that found a CA dualca never read from the root Secret where a root was expected (ca.crt, tls.crt, a selected client's ca.crt) and did not trust it."}),
 		paused: gauge("dualca_paused",
 			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
+		abandoned: gauge("dualca_clients_abandoned",
+			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root, and still not on it."),
 	}
 }
 
@@ -92,7 +95,8 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
-		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused, m.tampered, m.untrusted}
+		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused,
+		m.tampered, m.untrusted, m.abandoned}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.

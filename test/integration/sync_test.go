@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -369,7 +370,7 @@ func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
 	o.LeaderElect = true
 	s.startOnFirstRoot(o.Syncer())
 	lease := &coordinationv1.Lease{}
-	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: "dualca-" + s.gateway.Name}, lease)).To(Succeed())
+	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: syncer.LeaseName(s.gateway)}, lease)).To(Succeed())
 	s.g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
