@@ -91,7 +91,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	p := pass{rootFP: root.Fingerprint}
 	r.report.rootSeen(root.Fingerprint, r.clock.Now())
-	gateway, err := r.store.readGateway(ctx, gatewayFrom, root)
+	gateway, err := r.store.readGateway(ctx, gatewayFrom)
 	if err != nil {
 		return p, err
 	}

@@ -44,10 +44,11 @@ const (
 	// describes; annotationPreviousDigest that of the one it replaced.
 	annotationDigest         = bundle.AnnotationPrefix + "gateway-digest"
 	annotationPreviousDigest = bundle.AnnotationPrefix + "previous-gateway-digest"
-	// annotationKeyIsRoot marks a record whose tls.key is the root's own
-	// (the legacy strategy's plain copy): the record never holds a root's
-	// key, so it is taken from the root Secret when read.
-	annotationKeyIsRoot = bundle.AnnotationPrefix + "tls-key-is-root"
+	// annotationKeyDigest replaces tls.key in a record whose tls.key is a
+	// root's own (the legacy strategy's plain copy): the record never holds
+	// a root's key. The key is taken back from the gateway Secret only if
+	// it is still the one dualca wrote there.
+	annotationKeyDigest = bundle.AnnotationPrefix + "tls-key-digest"
 )
 
 // record reads and writes dualca's record. It keeps the record as last
@@ -132,7 +133,7 @@ func (r *record) desired(gateway *corev1.Secret, d bundle.Decision, root *bundle
 		recordRoots:       encodeCerts(d.Known),
 	}
 	if bytes.Equal(d.KeyPEM, root.KeyPEM) {
-		desired.Annotations[annotationKeyIsRoot] = "true"
+		desired.Annotations[annotationKeyDigest] = keyDigest(d.KeyPEM)
 	} else {
 		desired.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
 	}
@@ -140,9 +141,10 @@ func (r *record) desired(gateway *corev1.Secret, d bundle.Decision, root *bundle
 }
 
 // gatewayOfRecord is what the decisions start from: the gateway as the
-// record describes it, the roots read from the root Secret, the root's key
-// where the record says tls.key is the root's.
-func gatewayOfRecord(rec *corev1.Secret, root *bundle.Root, parsed *bundle.Parsed) bundle.Gateway {
+// record describes it, and the roots read from the root Secret. Where the
+// record holds a digest for tls.key (a root's key), the key is the gateway
+// Secret's if it has that digest, else there is none.
+func gatewayOfRecord(rec, gateway *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	gw := bundle.Gateway{
 		Exists:  true,
 		CertPEM: rec.Data[corev1.TLSCertKey],
@@ -152,8 +154,11 @@ func gatewayOfRecord(rec *corev1.Secret, root *bundle.Root, parsed *bundle.Parse
 		Known:   parseCerts(rec.Data[recordRoots]),
 		Parsed:  parsed,
 	}
-	if rec.Annotations[annotationKeyIsRoot] == "true" {
-		gw.KeyPEM = root.KeyPEM
+	if digest := rec.Annotations[annotationKeyDigest]; digest != "" {
+		gw.KeyPEM = nil
+		if gateway != nil && keyDigest(gateway.Data[corev1.TLSPrivateKeyKey]) == digest {
+			gw.KeyPEM = gateway.Data[corev1.TLSPrivateKeyKey]
+		}
 	}
 	return gw
 }
@@ -173,16 +178,18 @@ func tampered(gateway, rec *corev1.Secret) string {
 	var changed []string
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, caKey} {
 		want, ok := rec.Data[k]
-		if k == corev1.TLSPrivateKeyKey && !ok {
-			continue // the root's key, never in the record
-		}
-		if !bytes.Equal(gateway.Data[k], want) {
+		switch {
+		case k == corev1.TLSPrivateKeyKey && !ok: // a root's key: never in the record, its digest is
+			if keyDigest(gateway.Data[k]) != rec.Annotations[annotationKeyDigest] {
+				changed = append(changed, k)
+			}
+		case !bytes.Equal(gateway.Data[k], want):
 			changed = append(changed, k)
 		}
 	}
 	ours := dualcaAnnotations(gateway.Annotations)
 	for k, v := range dualcaAnnotations(rec.Annotations) {
-		if k != annotationDigest && k != annotationPreviousDigest && k != annotationKeyIsRoot && ours[k] != v {
+		if k != annotationDigest && k != annotationPreviousDigest && k != annotationKeyDigest && ours[k] != v {
 			changed = append(changed, k)
 		}
 	}
@@ -218,6 +225,11 @@ func gatewayDigest(s *corev1.Secret) string {
 		field("annotation:"+k, []byte(ours[k]))
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func keyDigest(key []byte) string {
+	sum := sha256.Sum256(key)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func dualcaAnnotations(a map[string]string) map[string]string {

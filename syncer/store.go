@@ -139,7 +139,7 @@ func (g gatewayRead) restoring() bool { return g.secret == nil && g.state.Exists
 // readGateway reads the record (from the API server when fresh) and the
 // gateway Secret through from; a cached copy of the gateway at another
 // version than the one dualca knows is read again from the API server.
-func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader, root *bundle.Root) (gatewayRead, error) {
+func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gatewayRead, error) {
 	rec, err := s.record.read(ctx, from == s.api)
 	if err != nil {
 		return gatewayRead{}, err
@@ -161,7 +161,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader, root
 	read := gatewayRead{secret: obj, tampered: tampered(obj, rec)}
 	switch {
 	case rec != nil:
-		read.state = gatewayOfRecord(rec, root, s.parsed)
+		read.state = gatewayOfRecord(rec, obj, s.parsed)
 	case obj != nil:
 		read.state = adoptedGateway(obj, s.parsed)
 	}
