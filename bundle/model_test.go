@@ -364,7 +364,9 @@ func (m *model) checkControls(prev bundle.Gateway, d bundle.Decision, root *bund
 func (m *model) checkProvenance(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
 	known := append(slices.Clone(prev.Known), root.Cert)
 	read := func(c *x509.Certificate) bool {
-		return slices.ContainsFunc(known, func(k *x509.Certificate) bool { return string(k.RawSubjectPublicKeyInfo) == string(c.RawSubjectPublicKeyInfo) })
+		return slices.ContainsFunc(known, func(k *x509.Certificate) bool {
+			return string(k.RawSubjectPublicKeyInfo) == string(c.RawSubjectPublicKeyInfo)
+		})
 	}
 	for _, r := range parsed(m.t, d.CAPEM) {
 		m.check(bundle.Contains(known, r), "provenance: ca.crt holds %s, which dualca never read from the root Secret", r.Subject.CommonName)
