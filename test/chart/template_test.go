@@ -63,7 +63,7 @@ var (
 	// The release namespace's: dualca's record and its status, by name,
 	// and their creates, which the admission policy pins.
 	releaseRules = []rbacv1.PolicyRule{
-		secretsNamed("agents-gateway-credential-dualca-state", "get", "list", "watch", "update"),
+		secretsNamed("agents-gateway-credential-dualca-state", "get", "update"),
 		configMapsNamed("agents-gateway-credential-dualca-status", "get", "list", "watch", "update", "patch"),
 		rule("", "configmaps", "create"),
 		rule("", "secrets", "create"),
