@@ -176,22 +176,31 @@ func (s *scenario) forgeRoot(root *x509.Certificate) *x509.Certificate {
 	s.g.Expect(mallory.Create(s.ctx, s.c.ClientCertificate(s.ns, forgedCA, forgedClient, map[string]string{clientLabel: "agent"}))).To(Succeed())
 	s.g.Expect(s.c.WaitReady(s.ctx, s.ns, forgedClient)).To(Succeed())
 
-	// What the attacker got, as dualca will find it (read by the test).
-	sec := &corev1.Secret{}
-	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: forgedClient}, sec)).To(Succeed())
-	s.g.Expect(sec.Labels).To(HaveKeyWithValue(clientLabel, "agent"), "the forged client's Secret is selected")
-	leaf, err := bundle.ParseCertificates("tls.crt", sec.Data[corev1.TLSCertKey])
+	// What the attacker got, as dualca will find it (read by the test). A
+	// running legacy dualca deletes the forged client's Secret to have it
+	// re-issued from the root, and cert-manager issues it again from the
+	// forged CA: it is looked at while it exists.
+	caSecret := &corev1.Secret{}
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: forgedCA}, caSecret)).To(Succeed())
+	own, err := bundle.ParseCertificates("tls.crt", caSecret.Data[corev1.TLSCertKey])
 	s.g.Expect(err).NotTo(HaveOccurred())
-	cas, err := bundle.ParseCertificates("ca.crt", sec.Data["ca.crt"])
-	s.g.Expect(err).NotTo(HaveOccurred())
-	s.g.Expect(cas).To(HaveLen(1))
-	forged := cas[0]
+	forged := own[0]
 	s.g.Expect(forged.IsCA).To(BeTrue(), "the forged certificate is a CA")
 	s.g.Expect(bytes.Equal(forged.RawSubject, root.RawSubject)).To(BeTrue(),
 		"the forged CA has the root's exact subject: %q vs %q", forged.Subject, root.Subject)
 	s.g.Expect(bundle.Fingerprint(forged)).NotTo(Equal(bundle.Fingerprint(root)))
-	s.g.Expect(bundle.ChainsTo(leaf[0], forged)).To(BeTrue(), "the forged CA signed the labelled client's leaf")
-	s.g.Expect(bundle.ChainsTo(leaf[0], root)).To(BeFalse(), "the root did not")
+	s.g.Eventually(func(g Gomega) {
+		sec := &corev1.Secret{}
+		g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: forgedClient}, sec)).To(Succeed())
+		g.Expect(sec.Labels).To(HaveKeyWithValue(clientLabel, "agent"), "the forged client's Secret is selected")
+		leaf, err := bundle.ParseCertificates("tls.crt", sec.Data[corev1.TLSCertKey])
+		g.Expect(err).NotTo(HaveOccurred())
+		cas, err := bundle.ParseCertificates("ca.crt", sec.Data["ca.crt"])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(fingerprints(cas)).To(Equal([]string{bundle.Fingerprint(forged)}), "the forged client's ca.crt is the forged CA")
+		g.Expect(bundle.ChainsTo(leaf[0], forged)).To(BeTrue(), "the forged CA signed the labelled client's leaf")
+		g.Expect(bundle.ChainsTo(leaf[0], root)).To(BeFalse(), "the root did not")
+	}).Should(Succeed())
 	s.t.Logf("%s: forged CA %s with the root's subject signed the labelled client %s", s.ns, bundle.Short(bundle.Fingerprint(forged)), forgedClient)
 	return forged
 }
