@@ -33,7 +33,7 @@ func TestNextSaysWhatPlanDecides(t *testing.T) {
 	}
 	clients := bundle.Clients{Tracked: true, Items: []bundle.Client{{Name: "ns/agent", Leaf: leaf, CA: []*x509.Certificate{ca1.Cert}}}}
 	written := func(d bundle.Decision) bundle.Gateway {
-		return bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(d.State.Annotations())}
+		return bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(d.State.Annotations()), Known: d.Known}
 	}
 	steady := written(bundle.Plan(bundle.Gateway{}, root(ca1), clients, timings, now.Add(-time.Hour)))
 	rotating := written(bundle.Plan(steady, root(ca2), clients, timings, now.Add(-5*time.Minute)))
