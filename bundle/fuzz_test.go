@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -340,6 +341,10 @@ func FuzzPlan(f *testing.F) {
 			}
 		}
 
+		// Whatever the Secret held, dualca trusts and signs for only roots
+		// it read from the root Secret (Gateway.Known and the current root).
+		expectProvenance(t, gw, d, root)
+
 		// What was written is a fixed point: deciding again on it at the
 		// same moment writes nothing and says nothing.
 		next := bundle.Plan(written(d), root, clients, testTimings, now)
@@ -354,6 +359,55 @@ func FuzzPlan(f *testing.F) {
 			t.Fatalf("deciding again on what was written emits events: %v", next.Events)
 		}
 	})
+}
+
+// expectProvenance checks the trust invariant of a decision made on gw:
+// every root of ca.crt and every CA certificate of tls.crt (by its key) is
+// one dualca read from the root Secret, every certificate of tls.crt is
+// signed by one, and the roots remembered as read grow only by the current
+// root.
+func expectProvenance(t *testing.T, gw bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	t.Helper()
+	known := append(slices.Clone(gw.Known), root.Cert)
+	keyRead := func(c *x509.Certificate) bool {
+		return slices.ContainsFunc(known, func(k *x509.Certificate) bool {
+			return bytes.Equal(k.RawSubjectPublicKeyInfo, c.RawSubjectPublicKeyInfo)
+		})
+	}
+	for _, r := range certsOf(d.CAPEM) {
+		if !bundle.Contains(known, r) {
+			t.Fatalf("ca.crt holds %q, which dualca never read from the root Secret", r.Subject.CommonName)
+		}
+	}
+	for i, c := range certsOf(d.CertPEM) {
+		if c.IsCA && !keyRead(c) {
+			t.Fatalf("tls.crt certificate %d is a CA for %q's key, which dualca never read from the root Secret", i, c.Subject.CommonName)
+		}
+		if !slices.ContainsFunc(known, func(k *x509.Certificate) bool { return c.CheckSignatureFrom(k) == nil }) {
+			t.Fatalf("tls.crt certificate %d (%q) is signed by no root dualca read from the root Secret", i, c.Subject.CommonName)
+		}
+	}
+	for _, k := range d.Known {
+		if !bundle.Contains(known, k) {
+			t.Fatalf("%q is remembered as read from the root Secret, but was not", k.Subject.CommonName)
+		}
+	}
+}
+
+// certsOf parses every certificate of a decision's PEM (dualca writes
+// only well-formed PEM).
+func certsOf(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for len(data) > 0 {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			break
+		}
+		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // planFuzzWorld is the world of FuzzPlan: a rotation from root-1 to root-2
@@ -388,6 +442,9 @@ const (
 	// bits 2-3: client a: absent, on root-1, on root-2, failed on root-1
 	// bits 4-5: client b: absent, on root-1, on root-2, its Secret missing
 	planRootIsR1 = 1 << 6 // root-1 is the current root, not root-2
+	// dualca's record is lost: it knows only the current root as read from
+	// the root Secret; else root-1 and root-2 (never the foreign CA).
+	planNoRecord = 1 << 7
 )
 
 // planFuzzMinutes maps FuzzPlan's minutes argument to the minutes from testNow
@@ -586,6 +643,9 @@ func (w *planFuzzWorld) expand(certPEM, keyPEM, caPEM []byte, annotations string
 		client("ns/b", world>>4&3, bundle.Client{})
 	}
 	root = w.roots[world&planRootIsR1 != 0]
+	if world&planNoRecord == 0 {
+		gw.Known = []*x509.Certificate{w.r1.Cert, w.r2.Cert}
+	}
 	now = testNow.Add(time.Duration(planFuzzMinutes(minutes)) * time.Minute)
 	ok = !now.Before(root.Cert.NotBefore) && !now.After(root.Cert.NotAfter)
 	return gw, root, clients, now, ok

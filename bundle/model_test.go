@@ -30,6 +30,10 @@ type modelClient struct {
 	requested bool // a renewal was triggered and not completed yet
 	broken    bool // its issuer cannot issue: renewals fail
 	failed    bool
+	// impostor, when set, is the CA this client's own Issuer signs with: a
+	// CA with the root's subject that someone made in the client's
+	// namespace. Its renewals come from it, never from the root.
+	impostor *certs.CA
 }
 
 type model struct {
@@ -60,6 +64,13 @@ type model struct {
 	pauses, resumes, promotes                    int
 	heldRenewals, promotedSwitches, pausedForced int
 	promotesIgnored                              int
+	// The hostile writers: what they did, and the keys of their CAs,
+	// which nothing dualca writes may certify or carry.
+	attacks      int
+	attackerKeys map[string]bool
+	// tampered: the gateway was written by someone else since the last
+	// decision; the step-wise invariants start again from the next.
+	tampered bool
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -103,11 +114,15 @@ func (m *model) rotate() {
 // now, and ca.crt holding that root.
 func (m *model) issue(c *modelClient) {
 	life := time.Duration(10+m.rng.IntN(120)) * time.Minute
-	leaf, _, _, err := m.root.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
+	issuer := m.root
+	if c.impostor != nil {
+		issuer = c.impostor
+	}
+	leaf, _, _, err := issuer.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	c.leaf, c.ca, c.requested, c.failed = leaf, []*x509.Certificate{m.root.Cert}, false, false
+	c.leaf, c.ca, c.requested, c.failed = leaf, []*x509.Certificate{issuer.Cert}, false, false
 	m.renewals++
 }
 
@@ -142,13 +157,18 @@ func (m *model) reconcile() {
 		m.check(sameDecision(d, again), "the decision is deterministic")
 	}
 	m.apply(d)
+	m.checkProvenance(prev, d, root)
 	if m.legacy {
 		m.check(string(m.gw.CAPEM) == string(root.CAPEM) && string(m.gw.CertPEM) == string(root.CertPEM) &&
 			string(m.gw.KeyPEM) == string(root.KeyPEM), "legacy: the gateway is a plain copy of the root")
 		return
 	}
 	m.checkInvariants(prev, d, root)
-	m.checkControls(prev, d, root)
+	if !m.tampered {
+		// A forged server credential is replaced at once, paused or not.
+		m.checkControls(prev, d, root)
+	}
+	m.tampered = false
 	for _, name := range d.Renew {
 		for _, c := range m.clients {
 			if c.name == name {
@@ -158,9 +178,6 @@ func (m *model) reconcile() {
 	}
 	// Invariant 6: deciding again on what was just written changes nothing.
 	next := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
-	if string(next.CAPEM) != string(m.gw.CAPEM) || !maps.Equal(next.State.Annotations(), m.annots) || string(next.CertPEM) != string(m.gw.CertPEM) {
-		m.t.Logf("DEBUG ca %v -> %v\nannots %v\n-> %v\nknown %v -> %v events %v", names(parsed(m.t, m.gw.CAPEM)), names(parsed(m.t, next.CAPEM)), m.annots, next.State.Annotations(), names(m.gw.Known), names(next.Known), next.Events)
-	}
 	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing: %v then %v", credentialShape(m.gw.CertPEM), credentialShape(next.CertPEM))
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
@@ -239,8 +256,8 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	m.check(bundle.KeyMatches(m.gw.CertPEM, m.gw.KeyPEM), "invariant 5: tls.crt and tls.key match")
 	m.check(bundle.Contains(roots, root.Cert), "the current root is in the bundle")
 
-	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime {
-		return // adoption: the step-wise invariants start from here
+	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime || m.tampered {
+		return // adoption, or a Secret someone else wrote: the step-wise invariants start from here
 	}
 	before := parsed(m.t, prev.CAPEM)
 	prevServer := prev.State.Server
@@ -337,6 +354,88 @@ func (m *model) checkControls(prev bundle.Gateway, d bundle.Decision, root *bund
 	m.check(now == !m.gw.State.PausedAt.IsZero(), "paused=%v but paused-at %v", now, m.gw.State.PausedAt)
 }
 
+// checkProvenance checks the trust invariant after every decision of
+// either strategy, whatever a hostile writer did before it: dualca trusts
+// and signs for only roots it read from the root Secret. Every root of
+// ca.crt and every CA certificate of tls.crt is one of them (a CA there
+// certifies such a root's key), no key a hostile writer made is certified
+// or carried, and the roots remembered as read from the root Secret grow
+// only by the root Secret itself.
+func (m *model) checkProvenance(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	known := append(slices.Clone(prev.Known), root.Cert)
+	read := func(c *x509.Certificate) bool {
+		return slices.ContainsFunc(known, func(k *x509.Certificate) bool {
+			return string(k.RawSubjectPublicKeyInfo) == string(c.RawSubjectPublicKeyInfo)
+		})
+	}
+	for _, r := range parsed(m.t, d.CAPEM) {
+		m.check(bundle.Contains(known, r), "provenance: ca.crt holds %s, which dualca never read from the root Secret", r.Subject.CommonName)
+	}
+	for i, c := range parsed(m.t, d.CertPEM) {
+		m.check(!m.attackerKeys[string(c.RawSubjectPublicKeyInfo)], "provenance: tls.crt certificate %d (%s) certifies a hostile writer's key", i, c.Subject.CommonName)
+		if c.IsCA {
+			m.check(read(c), "provenance: tls.crt CA certificate %d (%s) certifies a key not read from the root Secret", i, c.Subject.CommonName)
+		}
+		m.check(slices.ContainsFunc(known, func(k *x509.Certificate) bool { return c.CheckSignatureFrom(k) == nil }) || (m.legacy && read(c)),
+			"provenance: tls.crt certificate %d (%s) is signed by no root read from the root Secret", i, c.Subject.CommonName)
+	}
+	for _, k := range d.Known {
+		m.check(bundle.Contains(known, k), "provenance: %s is remembered as read from the root Secret, but was not", k.Subject.CommonName)
+	}
+}
+
+// attack is what a hostile writer can do: whoever may patch the gateway
+// Secret (an operator's Role), or create an Issuer and a Certificate in a
+// client namespace (the "edit" role). The syncer starts its decisions from
+// its own record, so the first three never reach Plan there; Plan must
+// hold the trust invariant even if they did.
+func (m *model) attack() {
+	impostor, err := certs.NewCA(m.root.Cert.Subject.CommonName, m.now.Add(-time.Hour), m.now.Add(time.Duration(1+m.rng.IntN(48))*time.Hour))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if m.attackerKeys == nil {
+		m.attackerKeys = map[string]bool{}
+	}
+	m.attackerKeys[string(impostor.Cert.RawSubjectPublicKeyInfo)] = true
+	m.attacks++
+	if m.annots == nil {
+		m.annots = map[string]string{}
+	}
+	switch m.rng.IntN(4) {
+	case 0:
+		// A CA of one's own in ca.crt, the recorded hash and roots made to match.
+		m.gw.CAPEM = append(slices.Clone(m.gw.CAPEM), impostor.CertPEM...)
+		m.annots[bundle.AnnotationBundleHash] = bundle.Hash(m.gw.CAPEM)
+		m.annots[bundle.AnnotationBundleRoots] = strings.Join(append(m.gw.State.BundleRoots, bundle.Fingerprint(impostor.Cert)), ",")
+		m.trace = append(m.trace, "attack: impostor CA added to ca.crt with a matching bundle-hash")
+	case 1:
+		// A CA of one's own as the server, recorded as the server root, and
+		// paused so that nothing switches back: dualca must not complete
+		// its "chain" with a cross-certificate from the root.
+		m.gw.CertPEM, m.gw.KeyPEM = impostor.CertPEM, impostor.KeyPEM
+		m.annots[bundle.AnnotationServer] = bundle.Fingerprint(impostor.Cert)
+		m.annots[bundle.AnnotationPaused] = bundle.PausedTrue
+		m.trace = append(m.trace, "attack: impostor CA as tls.crt/tls.key, server-fingerprint set to it, paused")
+	case 2:
+		// The strategy removed, so that the Secret is adopted, with the
+		// impostor in ca.crt.
+		m.gw.CAPEM = append(slices.Clone(m.gw.CAPEM), impostor.CertPEM...)
+		delete(m.annots, bundle.AnnotationStrategy)
+		m.trace = append(m.trace, "attack: strategy annotation removed, impostor CA in ca.crt")
+	default:
+		// An Issuer on a CA with the root's subject signs a selected
+		// client's Certificate in a namespace the attacker may edit.
+		c := &modelClient{name: fmt.Sprintf("attacker/agent-%d", m.attacks), impostor: impostor}
+		m.issue(c)
+		m.clients = append(m.clients, c)
+		m.trace = append(m.trace, "attack: a client issued by an impostor CA with the root's subject")
+		return
+	}
+	m.gw.State = bundle.ParseState(m.annots)
+	m.tampered = true
+}
+
 // operate is what `dualca pause`, `dualca resume` and `dualca promote` do:
 // patch an annotation of the gateway Secret, whatever dualca is doing.
 func (m *model) operate(n int) {
@@ -395,7 +494,9 @@ func (m *model) check(ok bool, format string, args ...any) {
 
 // step does one random thing to the world and reconciles.
 func (m *model) step() {
-	switch n := m.rng.IntN(106); {
+	switch n := m.rng.IntN(109); {
+	case n >= 106:
+		m.attack()
 	case n >= 100:
 		m.operate(n - 100)
 	case n < 8:
@@ -474,7 +575,10 @@ func (m *model) settle() {
 		m.rotate()
 		m.trace = append(m.trace, "settle: root renewed before expiry")
 	}
-	for range 12 {
+	// Long enough for the grace period to end and the propagation delay
+	// after it: an impostor's client never reaches the root, so the
+	// server switches only when the grace period forces it.
+	for range 14 {
 		m.now = m.now.Add(time.Minute)
 		for _, c := range m.clients {
 			if c.requested || c.failed {
@@ -494,12 +598,12 @@ func (m *model) settle() {
 		}
 	}
 	roots := parsed(m.t, m.gw.CAPEM)
-	m.check(m.gw.State.Phase == bundle.PhaseSteady, "settled in phase Steady, got %s", m.gw.State.Phase)
+	m.check(m.gw.State.Phase == bundle.PhaseSteady, "settled in phase Steady, got %s (bundle %v, root %s)", m.gw.State.Phase, names(roots), m.root.Cert.Subject.CommonName)
 	m.check(len(roots) == 1 && sameCert(roots[0], m.root.Cert), "settled with only the current root in the bundle, got %d roots", len(roots))
 	m.check(m.gw.State.Server == bundle.Fingerprint(m.root.Cert), "settled with the server on the current root")
 	if m.tracked {
 		for _, c := range m.clients {
-			m.check(m.signatures.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
+			m.check(c.impostor != nil || m.signatures.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
 		}
 	}
 }
@@ -536,11 +640,16 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.promotedSwitches += m.promotedSwitches
 		total.pausedForced += m.pausedForced
 		total.promotesIgnored += m.promotesIgnored
+		total.attacks += m.attacks
 	}
 	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
 		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)
 	t.Logf("operator: %d pause, %d resume, %d promote steps; %d decisions held renewals while paused, %d switches promoted, %d forced while paused (server root expiring), %d promotes ignored (stale or moot)",
 		total.pauses, total.resumes, total.promotes, total.heldRenewals, total.promotedSwitches, total.pausedForced, total.promotesIgnored)
+	t.Logf("hostile writers: %d attacks", total.attacks)
+	if total.attacks == 0 {
+		t.Fatal("the random histories made no attack")
+	}
 	// The histories must reach every branch the invariants are about.
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {
 		t.Fatalf("the random histories missed a branch: switches=%d forced=%d retired=%d", total.switches, total.forced, total.retired)

@@ -111,6 +111,8 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	o.RenewalQPS, o.RenewalBurst = 0.5, 2
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "127.0.0.1:1", "127.0.0.1:2"
 	o.LeaderElectionNamespace = "elections"
+	o.StateSecret = types.NamespacedName{Namespace: "dualca", Name: "gw-record"}
+	o.StatusConfigMap = types.NamespacedName{Namespace: "dualca", Name: "gw-status"}
 
 	args := o.Args()
 	fs := flag.NewFlagSet("own", flag.ContinueOnError)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/dualca/dualca/syncer"
 	"slices"
 	"strings"
 
@@ -43,14 +44,14 @@ type Objects struct {
 // given: beside the gateway Secret, named after it. The chart puts it in
 // dualca's own namespace instead, where only dualca's account writes.
 func DefaultStateSecret(gateway types.NamespacedName) types.NamespacedName {
-	return types.NamespacedName{Namespace: gateway.Namespace, Name: gateway.Name + "-dualca-state"}
+	return syncer.DefaultStateSecret(gateway)
 }
 
 // DefaultStatusConfigMap is the status ConfigMap's key when
 // --status-configmap is not given: in the record's namespace, named after
 // the gateway Secret.
 func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.NamespacedName {
-	return types.NamespacedName{Namespace: state.Namespace, Name: gateway.Name + "-dualca-status"}
+	return syncer.DefaultStatusConfigMap(gateway, state)
 }
 
 // addStateFlags registers --state-secret and --status-configmap.

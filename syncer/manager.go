@@ -4,14 +4,19 @@
 package syncer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -73,6 +78,28 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
+// LeaseName is the leader-election Lease of the dualcas of the gateway
+// Secret gateway: "dualca-<namespace>-<name>". The namespace is part of it,
+// so that two gateway Secrets of one name in two namespaces, whose dualcas
+// elect in one namespace, never share a Lease (one would never lead, and a
+// standby reports ready). A Lease name is a DNS-1123 subdomain of at most
+// 253 characters: past that, the name is cut to leave room for a dash and
+// the first 10 hex digits of the SHA-256 of the whole name, trailing dots
+// and dashes dropped, so that long names stay distinct. The chart's
+// dualca.leaseName helper computes the same (test/chart checks it).
+func LeaseName(gateway types.NamespacedName) string {
+	full := "dualca-" + gateway.Namespace + "-" + gateway.Name
+	if len(full) <= validation.DNS1123SubdomainMaxLength {
+		return full
+	}
+	sum := sha256.Sum256([]byte(full))
+	suffix := "-" + hex.EncodeToString(sum[:])[:leaseHashLen]
+	return strings.TrimRight(full[:validation.DNS1123SubdomainMaxLength-len(suffix)], "-.") + suffix
+}
+
+// leaseHashLen is how many hex digits of the hash a cut Lease name ends with.
+const leaseHashLen = 10
+
 func newControllerManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
@@ -84,7 +111,7 @@ func newControllerManager(restCfg *rest.Config, o Options) (ctrl.Manager, error)
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              "dualca-" + o.GatewaySecret.Name,
+		LeaderElectionID:              LeaseName(o.GatewaySecret),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		// One controller per process in production; tests run several
@@ -111,7 +138,8 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	strategy := newStrategy(o, mgr.GetAPIReader(), certs, mgr.GetClient())
 	o.Metrics.strategy(strategy)
 	store := &gatewayStore{rootKey: o.RootSecret, gatewayKey: o.GatewaySecret, api: mgr.GetAPIReader(),
-		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval, parsed: bundle.NewParsed()}
+		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval, parsed: bundle.NewParsed(),
+		record: &record{key: o.StateSecret, api: mgr.GetAPIReader(), writer: mgr.GetClient()}}
 	if !o.DisableWatches {
 		// Reconciles between polls read these caches (gatewayStore.source).
 		store.rootCache, store.gatewayCache = c.root, c.gateway
@@ -131,6 +159,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	if c.clients != nil {
 		r.clients = (&clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}).watched()
 		r.renewer = newRenewer(strategy, o)
+		r.renewer.reportTo(r.report.recorder, store.current)
 	}
 	return r
 }

@@ -36,6 +36,9 @@ type Metrics struct {
 	switchesForced prometheus.Counter
 	lastSync       prometheus.Gauge
 	paused         prometheus.Gauge
+	tampered       prometheus.Counter
+	untrusted      prometheus.Counter
+	abandoned      prometheus.Gauge
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -71,8 +74,14 @@ func NewMetrics() *Metrics {
 			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
+		tampered: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_gateway_tampered_total",
+			Help: "Times the gateway Secret was found changed outside dualca (its tls.crt, tls.key, ca.crt or dualca.io/ annotations) and written again from dualca's record."}),
+		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_untrusted_roots_total",
+			Help: "Decisions that found a CA dualca never read from the root Secret where a root was expected (ca.crt, tls.crt, a selected client's ca.crt) and did not trust it."}),
 		paused: gauge("dualca_paused",
 			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
+		abandoned: gauge("dualca_clients_abandoned",
+			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root, and still not on it."),
 	}
 }
 
@@ -86,7 +95,8 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
-		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused}
+		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused,
+		m.tampered, m.untrusted, m.abandoned}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.
@@ -156,6 +166,9 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 		m.clientsByState.WithLabelValues("failed").Set(float64(d.State.Clients.Failed))
 	}
 	for _, e := range d.Events {
+		if e.Reason == bundle.ReasonUntrustedRoot {
+			m.untrusted.Inc()
+		}
 		if e.Reason == bundle.ReasonServerSwitchForced {
 			m.switchesForced.Inc()
 		}

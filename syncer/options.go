@@ -58,6 +58,18 @@ type Options struct {
 	DisableWatches bool
 }
 
+// DefaultStateSecret is where dualca keeps its record when not told: in the
+// gateway Secret's namespace, named after it.
+func DefaultStateSecret(gateway types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: gateway.Namespace, Name: gateway.Name + "-dualca-state"}
+}
+
+// DefaultStatusConfigMap is where dualca publishes its status when not
+// told: in the record's namespace, named after the gateway Secret.
+func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: state.Namespace, Name: gateway.Name + "-dualca-status"}
+}
+
 // complete fills in the defaults and refuses options the syncer cannot run with.
 func (o *Options) complete() error {
 	if o.Metrics == nil {
@@ -65,6 +77,12 @@ func (o *Options) complete() error {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.StateSecret.Name == "" {
+		o.StateSecret = DefaultStateSecret(o.GatewaySecret)
+	}
+	if o.StatusConfigMap.Name == "" {
+		o.StatusConfigMap = DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret)
 	}
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = o.GatewaySecret.Namespace

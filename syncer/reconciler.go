@@ -76,7 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	// Renewals follow the decision only once it is written: the gateway
 	// trusts the new root before any client is moved to it.
 	if r.renewer != nil {
-		if n := r.renewer.update(dueClients(p.decision.Renew, p.views)); n > 0 {
+		if n := r.renewer.update(dueClients(p.rootFP, p.decision.Renew, p.views)); n > 0 {
 			r.report.renewalsQueued(p.written.secret, n, p.decision)
 		}
 	}
@@ -108,7 +108,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	p.clients.Signatures = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
-	p.written, err = r.store.write(ctx, gateway, p.decision)
+	p.written, err = r.store.write(ctx, gateway, p.decision, root)
 	return p, err
 }
 
@@ -147,10 +147,10 @@ func (r *Reconciler) requeueAfter(p pass) time.Duration {
 	return after
 }
 
-// dueClients are the clients a decision wants renewed, minus those
-// cert-manager is issuing already (returned apart), with what the renewer
-// needs of them.
-func dueClients(names []string, views map[string]clientView) (map[types.NamespacedName]dueClient, map[types.NamespacedName]bool) {
+// dueClients are the clients a decision wants renewed, moving to root (the
+// current root's fingerprint), minus those cert-manager is issuing already
+// (returned apart), with what the renewer needs of them.
+func dueClients(root string, names []string, views map[string]clientView) (map[types.NamespacedName]dueClient, map[types.NamespacedName]bool) {
 	due := make(map[types.NamespacedName]dueClient, len(names))
 	inFlight := map[types.NamespacedName]bool{}
 	for _, name := range names {
@@ -163,7 +163,7 @@ func dueClients(names []string, views map[string]clientView) (map[types.Namespac
 			inFlight[key] = true
 			continue
 		}
-		d := dueClient{failedBefore: failed(v.cert)}
+		d := dueClient{root: root, cert: v.cert}
 		if v.secret != nil {
 			d.secret = &metav1.ObjectMeta{Namespace: v.secret.Namespace, Name: v.secret.Name,
 				UID: v.secret.UID, ResourceVersion: v.secret.ResourceVersion}

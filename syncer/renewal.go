@@ -4,15 +4,23 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // Renewal.
@@ -26,6 +34,21 @@ import (
 // strategy's (Strategy.Renew): zero-downtime sets cert-manager's Issuing
 // condition (what `cmctl renew` does) and never deletes anything; legacy
 // deletes the client's Secret, as the behaviour it reproduces did.
+//
+// Renewals are bounded: a client is triggered at most maxTriggersPerRoot
+// times on one root. A client that cert-manager re-issues and that still
+// does not land on the current root (its Issuer is another CA, say) would
+// otherwise be triggered again at every reconcile for as long as the
+// rotation lasts. Past the bound it is reported instead, once per client
+// and root: a Warning ClientRenewalAbandoned event and the
+// dualca_clients_abandoned gauge. A new root starts every count afresh.
+
+// ReasonClientRenewalAbandoned is the Warning event of a client whose
+// renewal dualca stopped triggering on the current root.
+const ReasonClientRenewalAbandoned = "ClientRenewalAbandoned"
+
+// maxTriggersPerRoot is how many times one client is triggered on one root.
+const maxTriggersPerRoot = 3
 
 // Renewal results, for logs and metrics.
 const (
@@ -61,6 +84,28 @@ type renewer struct {
 	// of them is older than the action, and queueing them again would spend
 	// a token of the bucket on a client that needs nothing.
 	acted map[types.NamespacedName]time.Time
+	// triggers count the renewals triggered of each client on one root;
+	// a client's count restarts at a root of another fingerprint.
+	triggers map[types.NamespacedName]triggerCount
+	// abandoned are the clients no longer triggered, with the root they
+	// were abandoned on: each is reported once per root.
+	abandoned map[types.NamespacedName]string
+	// report tells of clients abandoned; nil reports nothing (tests).
+	report func([]abandonedClient)
+}
+
+// triggerCount is how many times a client was triggered on root.
+type triggerCount struct {
+	root string
+	n    int
+}
+
+// abandonedClient is a client whose renewal dualca stopped triggering.
+type abandonedClient struct {
+	key  types.NamespacedName
+	root string
+	// cert is its Certificate as seen; nil when unknown.
+	cert *cmapi.Certificate
 }
 
 // actedFor bounds how long a client acted on is left alone while it still
@@ -72,8 +117,13 @@ const actedFor = 30 * time.Second
 type dueClient struct {
 	// secret is the client's Secret as seen, its identity only; nil when
 	// it had none.
-	secret       *metav1.ObjectMeta
-	failedBefore bool
+	secret *metav1.ObjectMeta
+	// root is the fingerprint of the root the client is to move to, the
+	// current one: what its triggers are counted on.
+	root string
+	// cert is the client's Certificate as seen (the cache's: read only),
+	// what an abandoned client's event refers to; nil when unknown.
+	cert *cmapi.Certificate
 }
 
 // renewalRateLimiter is the token bucket with jitter for every trigger,
@@ -109,14 +159,42 @@ func newRenewer(strategy Strategy, o Options) *renewer {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
-		workers:  RenewalWorkers(o.RenewalQPS),
-		strategy: strategy,
-		metrics:  o.Metrics,
-		logger:   o.Logger,
-		now:      o.Clock.Now,
-		queued:   map[types.NamespacedName]bool{},
-		backoff:  map[types.NamespacedName]bool{},
-		acted:    map[types.NamespacedName]time.Time{},
+		workers:   RenewalWorkers(o.RenewalQPS),
+		strategy:  strategy,
+		metrics:   o.Metrics,
+		logger:    o.Logger,
+		now:       o.Clock.Now,
+		queued:    map[types.NamespacedName]bool{},
+		backoff:   map[types.NamespacedName]bool{},
+		acted:     map[types.NamespacedName]time.Time{},
+		triggers:  map[types.NamespacedName]triggerCount{},
+		abandoned: map[types.NamespacedName]string{},
+	}
+}
+
+// reportTo makes the renewer tell of the clients it abandons with a
+// Warning event on the gateway Secret (where dualca may write events and
+// operators look), the client's Certificate as the related object: the
+// events API would fold the events of several clients into one series
+// otherwise. gateway reads the gateway Secret; nil from it, no event.
+func (w *renewer) reportTo(rec recorder.EventRecorder, gateway func(context.Context) *corev1.Secret) {
+	w.report = func(clients []abandonedClient) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		gw := gateway(ctx)
+		if gw == nil {
+			return
+		}
+		for _, c := range clients {
+			var related runtime.Object
+			if c.cert != nil {
+				related = c.cert
+			}
+			rec.Eventf(gw, related, corev1.EventTypeWarning, ReasonClientRenewalAbandoned, "Renew",
+				"client %s: renewal triggered %d times on root %s and still not on it; not triggered again until the next root. "+
+					"Check the Issuer of its Certificate: it must be the CA Issuer of the root Secret",
+				c.key, maxTriggersPerRoot, bundle.Short(c.root))
+		}
 	}
 }
 
@@ -125,8 +203,25 @@ func newRenewer(strategy Strategy, o Options) *renewer {
 // queues the others not already queued, and forgets the backoff of clients
 // no longer due at all. It returns how many were queued.
 func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[types.NamespacedName]bool) int {
+	added, abandoned := w.take(due, inFlight)
+	if len(abandoned) > 0 {
+		for _, c := range abandoned {
+			w.logger.Info("client renewal abandoned on this root", "client", c.key.String(), "root", bundle.Short(c.root),
+				"triggers", maxTriggersPerRoot)
+		}
+		if w.report != nil {
+			w.report(abandoned)
+		}
+	}
+	return added
+}
+
+// take is update under the lock: it returns how many clients were queued
+// and the clients abandoned since the last decision.
+func (w *renewer) take(due map[types.NamespacedName]dueClient, inFlight map[types.NamespacedName]bool) (int, []abandonedClient) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.forgetOtherRoots(due)
 	for key := range w.backoff {
 		if _, still := due[key]; !still && !inFlight[key] {
 			w.queue.Forget(key)
@@ -144,15 +239,51 @@ func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[ty
 		}
 	}
 	w.due = due
-	added := 0
-	for key := range due {
+	added, stopped := 0, 0
+	var abandoned []abandonedClient
+	for key, d := range due {
+		if c := w.triggers[key]; c.root == d.root && c.n >= maxTriggersPerRoot {
+			stopped++
+			if w.abandoned[key] != d.root {
+				w.abandoned[key] = d.root
+				abandoned = append(abandoned, abandonedClient{key: key, root: d.root, cert: d.cert})
+			}
+			continue
+		}
 		if _, recently := w.acted[key]; !w.queued[key] && !recently {
 			w.queued[key], w.backoff[key] = true, true
 			w.queue.AddRateLimited(key)
 			added++
 		}
 	}
-	return added
+	w.metrics.abandoned.Set(float64(stopped))
+	slices.SortFunc(abandoned, func(a, b abandonedClient) int { return strings.Compare(a.key.String(), b.key.String()) })
+	return added, abandoned
+}
+
+// forgetOtherRoots drops the trigger counts and the abandonments of roots
+// other than the one the clients due now are to move to: a new root
+// starts every count afresh. Without a client due the root is not known,
+// and nothing is dropped.
+func (w *renewer) forgetOtherRoots(due map[types.NamespacedName]dueClient) {
+	root := ""
+	for _, d := range due {
+		root = d.root
+		break
+	}
+	if root == "" {
+		return
+	}
+	for key, c := range w.triggers {
+		if c.root != root {
+			delete(w.triggers, key)
+		}
+	}
+	for key, r := range w.abandoned {
+		if r != root {
+			delete(w.abandoned, key)
+		}
+	}
 }
 
 // Start runs the worker until ctx ends.
@@ -216,7 +347,7 @@ func (w *renewer) next(ctx context.Context) bool {
 	if due {
 		acted, err = w.strategy.Renew(ctx, key, d.secret)
 	}
-	result := w.settle(key, acted, err)
+	result := w.settle(key, d.root, acted, err)
 	log := logf.FromContext(ctx).WithValues("client", key.String())
 	switch result {
 	case renewalFailed:
@@ -231,9 +362,9 @@ func (w *renewer) next(ctx context.Context) bool {
 }
 
 // settle records what became of a client taken from the queue: a failure
-// is queued again with backoff, an action is remembered. It returns the
-// result, for logs and metrics.
-func (w *renewer) settle(key types.NamespacedName, acted bool, err error) string {
+// is queued again with backoff, an action is remembered and counted on
+// root. It returns the result, for logs and metrics.
+func (w *renewer) settle(key types.NamespacedName, root string, acted bool, err error) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.queued, key)
@@ -244,6 +375,12 @@ func (w *renewer) settle(key types.NamespacedName, acted bool, err error) string
 		return renewalFailed
 	case acted:
 		w.acted[key] = w.now()
+		c := w.triggers[key]
+		if c.root != root {
+			c = triggerCount{root: root}
+		}
+		c.n++
+		w.triggers[key] = c
 		return renewalTriggered
 	}
 	return renewalSkipped

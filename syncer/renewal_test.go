@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,9 +11,11 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -111,6 +114,149 @@ func TestRenewerLeavesAClientActedOnAlone(t *testing.T) {
 	g.Expect(w.update(due, nil)).To(Equal(1), "renewed (no longer due), then due again at a later rotation: queued at once")
 }
 
+// TestRenewerStopsTriggeringAClientThatNeverMoves: a client cert-manager
+// re-issues that never lands on the current root (another Issuer's CA) is
+// triggered maxTriggersPerRoot times on that root, then reported once
+// (event and gauge) and left alone; a new root counts afresh. Before the
+// bound it was triggered again at every reconcile, for the whole rotation.
+func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	fake := &fakeNow{t: time.Now()}
+	counted := &countedRenewals{}
+	w := newRenewer(counted, testOptions())
+	w.now = fake.now
+	var reported []abandonedClient
+	w.report = func(c []abandonedClient) { reported = append(reported, c...) }
+	defer w.queue.ShutDown()
+	ctx := t.Context()
+	stuck, other := key("stuck"), key("other")
+	on := func(root string, keys ...types.NamespacedName) map[types.NamespacedName]dueClient {
+		due := map[types.NamespacedName]dueClient{}
+		for _, k := range keys {
+			due[k] = dueClient{root: root}
+		}
+		return due
+	}
+	// trigger queues the due clients and lets a worker act on each; the
+	// acted-on wait then runs out, and the clients still look due.
+	trigger := func(due map[types.NamespacedName]dueClient) int {
+		n := w.update(due, nil)
+		for range n {
+			g.Expect(w.next(ctx)).To(BeTrue())
+		}
+		fake.t = fake.t.Add(actedFor)
+		return n
+	}
+
+	for i := range maxTriggersPerRoot {
+		g.Expect(trigger(on("R2", stuck))).To(Equal(1), "trigger %d on R2", i+1)
+	}
+	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot))
+	g.Expect(reported).To(BeEmpty(), "not abandoned before it is seen due once more")
+	g.Expect(trigger(on("R2", stuck, other))).To(Equal(1), "only the other client is queued")
+	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot), "no fourth trigger on R2")
+	g.Expect(reported).To(HaveLen(1))
+	g.Expect(reported[0].key).To(Equal(stuck))
+	g.Expect(reported[0].root).To(Equal("R2"))
+	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
+	for range 5 {
+		g.Expect(w.update(on("R2", stuck), nil)).To(Equal(0))
+	}
+	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot), "still none, however many reconciles")
+	g.Expect(reported).To(HaveLen(1), "reported once per client and root")
+
+	// A new root: the count starts afresh, and the bound holds again.
+	g.Expect(trigger(on("R3", stuck))).To(Equal(1), "triggered again on a new root")
+	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(BeZero())
+	for range maxTriggersPerRoot - 1 {
+		g.Expect(trigger(on("R3", stuck))).To(Equal(1))
+	}
+	g.Expect(trigger(on("R3", stuck))).To(Equal(0))
+	g.Expect(counted.times(stuck)).To(Equal(2 * maxTriggersPerRoot))
+	g.Expect(reported).To(HaveLen(2))
+	g.Expect(reported[1].root).To(Equal("R3"), "reported again, for the new root")
+	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
+	g.Expect(w.triggers).To(HaveLen(1), "R2's counts are forgotten: %v", w.triggers)
+}
+
+// TestAnAbandonedClientIsAWarningOnTheGatewaySecret: the report is one
+// Warning per client on the gateway Secret, the client's Certificate as
+// the related object (the events API would fold several clients' events
+// into one series without it), naming the client and the root.
+func TestAnAbandonedClientIsAWarningOnTheGatewaySecret(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	rec := &recordedEvents{}
+	gateway := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "gw", Name: "gateway"}}
+	w := newRenewer(&zeroDowntime{}, testOptions())
+	defer w.queue.ShutDown()
+	w.reportTo(rec, func(context.Context) *corev1.Secret { return gateway })
+	a := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	b := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}
+	root := "3f9a1c2b7d4e" + strings.Repeat("0", 52)
+	w.report([]abandonedClient{{key: key("a"), root: root, cert: a}, {key: key("b"), root: root, cert: b}})
+	g.Expect(rec.events).To(HaveLen(2))
+	for i, crt := range []*cmapi.Certificate{a, b} {
+		e := rec.events[i]
+		g.Expect(e.regarding).To(BeIdenticalTo(gateway))
+		g.Expect(e.related).To(BeIdenticalTo(crt))
+		g.Expect(e.typ).To(Equal(corev1.EventTypeWarning))
+		g.Expect(e.reason).To(Equal(ReasonClientRenewalAbandoned))
+		g.Expect(e.note).To(And(ContainSubstring("client ns/"+crt.Name), ContainSubstring("3 times on root 3f9a1c2b7d4e"),
+			ContainSubstring("not triggered again until the next root")))
+	}
+
+	// Without the gateway Secret there is nothing to put the event on.
+	gateway = nil
+	w.report([]abandonedClient{{key: key("a"), root: root, cert: a}})
+	g.Expect(rec.events).To(HaveLen(2))
+}
+
+type recordedEvent struct {
+	regarding, related runtime.Object
+	typ, reason, note  string
+}
+
+// recordedEvents is an EventRecorder that keeps what it is given.
+type recordedEvents struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+func (r *recordedEvents) Eventf(regarding, related runtime.Object, typ, reason, _, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recordedEvent{regarding: regarding, related: related, typ: typ, reason: reason, note: fmt.Sprintf(note, args...)})
+}
+
+func (r *recordedEvents) AnnotatedEventf(regarding, related runtime.Object, _ map[string]string, typ, reason, action, note string, args ...any) {
+	r.Eventf(regarding, related, typ, reason, action, note, args...)
+}
+
+// countedRenewals is the zero-downtime strategy whose renewals only count.
+type countedRenewals struct {
+	zeroDowntime
+	mu sync.Mutex
+	by map[types.NamespacedName]int
+}
+
+func (c *countedRenewals) Renew(_ context.Context, key types.NamespacedName, _ *metav1.ObjectMeta) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[types.NamespacedName]int{}
+	}
+	c.by[key]++
+	return true, nil
+}
+
+func (c *countedRenewals) times(key types.NamespacedName) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by[key]
+}
+
 type fakeNow struct{ t time.Time }
 
 func (f *fakeNow) now() time.Time { return f.t }
@@ -137,11 +283,12 @@ func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
 		"ns/due": crt("due", false, false), "ns/busy": crt("busy", true, false),
 		"ns/failed": crt("failed", false, true), "ns/missing": crt("missing", false, false),
 	}
-	due, inFlight := dueClients([]string{"ns/busy", "ns/due", "ns/failed", "ns/missing", "ns/gone"}, views)
+	due, inFlight := dueClients("R2", []string{"ns/busy", "ns/due", "ns/failed", "ns/missing", "ns/gone"}, views)
 	g.Expect(inFlight).To(Equal(map[types.NamespacedName]bool{key("busy"): true}))
 	g.Expect(due).To(HaveLen(3))
-	g.Expect(due[key("due")]).To(Equal(dueClient{secret: &metav1.ObjectMeta{Namespace: "ns", Name: "due-tls", UID: "uid-due", ResourceVersion: "7"}}))
-	g.Expect(due[key("failed")].failedBefore).To(BeTrue())
+	g.Expect(due[key("due")]).To(Equal(dueClient{secret: &metav1.ObjectMeta{Namespace: "ns", Name: "due-tls", UID: "uid-due", ResourceVersion: "7"},
+		root: "R2", cert: views["ns/due"].cert}))
+	g.Expect(due[key("failed")].root).To(Equal("R2"), "a failed client is due like any other, counted on the root it is to move to")
 	g.Expect(due[key("missing")].secret).To(BeNil(), "the legacy strategy has nothing to delete")
 	g.Expect(failed(views["ns/failed"].cert)).To(BeTrue())
 	g.Expect(failed(views["ns/busy"].cert)).To(BeFalse(), "a failed client being issued again is in flight, not failed")

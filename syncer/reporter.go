@@ -98,6 +98,11 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 	r.metrics.decision(d, r.strategy.Phase(d), p.clients, now)
 	r.lastInvalid = ""
 	events := d.Events
+	if p.written.tampered != "" {
+		r.metrics.tampered.Inc()
+		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayTampered,
+			Message: "gateway Secret was changed outside dualca (" + p.written.tampered + "); written again from dualca's record, nothing of it trusted"}}, events...)
+	}
 	if p.written.restored {
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
 			Message: "gateway Secret was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)

@@ -222,7 +222,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	// results of the single writes are p's to check.
 	p := &printer{w: w}
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", r.Gateway)
+	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", dash(r.Gateway))
 	_, _ = fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
 	phase := dash(r.Phase)
 	if r.RootAddedAt != nil && r.Phase != "" && r.Phase != string(bundle.PhaseSteady) {

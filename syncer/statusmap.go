@@ -42,17 +42,6 @@ import (
 // StatusKey is the status ConfigMap's data key holding the Report, JSON.
 const StatusKey = "status.json"
 
-// DefaultStatusConfigMap is the status ConfigMap when the options name
-// none: in the record's namespace (the gateway's when no record is named),
-// named after the gateway Secret, as flags.DefaultStatusConfigMap.
-func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.NamespacedName {
-	ns := state.Namespace
-	if ns == "" {
-		ns = gateway.Namespace
-	}
-	return types.NamespacedName{Namespace: ns, Name: gateway.Name + "-dualca-status"}
-}
-
 // promotePrefix is the shortest promote a root is named by: the prefix
 // `dualca status` shows (bundle.Short).
 const promotePrefix = 12
@@ -83,14 +72,6 @@ type statusMap struct {
 	publishedAt time.Time
 }
 
-// statusConfigMap is the options' status ConfigMap, or the default.
-func statusConfigMap(o Options) types.NamespacedName {
-	if o.StatusConfigMap.Name == "" {
-		return DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret)
-	}
-	return o.StatusConfigMap
-}
-
 // newStatusMapOf is the status map of the manager's reconciler: the API
 // reader (the manager's client would cache every ConfigMap of the
 // cluster), and the single-object cache unless watches are disabled.
@@ -104,7 +85,7 @@ func newStatusMapOf(mgr ctrl.Manager, o Options, c caches) *statusMap {
 
 // newStatusMap is the publisher of the options' status ConfigMap.
 func newStatusMap(o Options, api client.Reader, cache client.Reader, writer client.Writer) *statusMap {
-	return &statusMap{key: statusConfigMap(o), gateway: o.GatewaySecret, rootKey: o.RootSecret, api: api, cache: cache,
+	return &statusMap{key: o.StatusConfigMap, gateway: o.GatewaySecret, rootKey: o.RootSecret, api: api, cache: cache,
 		writer: writer, clock: o.Clock, poll: o.PollInterval}
 }
 

@@ -154,7 +154,8 @@ func newStatusFixture(t *testing.T, objs ...client.Object) *statusFixture {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
 	key := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-status"}
-	m := newStatusMap(Options{GatewaySecret: types.NamespacedName{Namespace: "agents", Name: "gw"}, StateSecret: types.NamespacedName{Namespace: "dualca", Name: "s"},
+	gw, state := types.NamespacedName{Namespace: "agents", Name: "gw"}, types.NamespacedName{Namespace: "dualca", Name: "s"}
+	m := newStatusMap(Options{GatewaySecret: gw, StateSecret: state, StatusConfigMap: DefaultStatusConfigMap(gw, state),
 		RootSecret: types.NamespacedName{Namespace: "cm", Name: "root"}, PollInterval: time.Minute, Clock: clk}, c, nil, c)
 	return &statusFixture{g: NewWithT(t), ctx: context.Background(), c: c, clock: clk, m: m, key: key}
 }

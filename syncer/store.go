@@ -25,12 +25,12 @@ import (
 // written to the gateway Secret.
 const progressEvery = 5 * time.Second
 
-// gatewayStore reads the root and the gateway Secret and writes the
-// gateway. What it keeps between reconciles is its own: when it last read
-// from the API server (the poll), the gateway as it last read or wrote it
-// (to restore it if deleted), and when it last wrote (to pace writes of
-// the client progress alone). Reconciles run one at a time, so it needs no
-// lock.
+// gatewayStore reads the root, dualca's record and the gateway Secret, and
+// writes the record, then the gateway. What it keeps between reconciles is
+// its own: when it last read from the API server (the poll), the record as
+// it last read or wrote it (record.go), and when it last wrote (to pace
+// writes of the client progress alone). Reconciles run one at a time, so
+// it needs no lock.
 type gatewayStore struct {
 	rootKey, gatewayKey types.NamespacedName
 	api                 client.Reader // uncached: every poll reads here
@@ -46,9 +46,8 @@ type gatewayStore struct {
 	// gatewayRV is the gateway's resourceVersion as last read from the API
 	// server or written; "" when it was absent.
 	gatewayRV string
-	// remembered is the gateway Secret as dualca last read or wrote it, to
-	// restore it as it was if it is deleted.
-	remembered *corev1.Secret
+	// record is dualca's record, what every decision starts from.
+	record *record
 	// lastWrite is when the gateway Secret was last written.
 	lastWrite time.Time
 	// parsed remembers what the decisions parsed of the gateway's fields:
@@ -122,38 +121,51 @@ func (s *gatewayStore) readRoot(ctx context.Context, from client.Reader) (*bundl
 type gatewayRead struct {
 	// secret is the Secret; nil when absent.
 	secret *corev1.Secret
-	// state is what the decisions need of it: when it was deleted behind
-	// dualca's back, what it last held, so the rotation goes on where it
-	// was (its server credential cannot be made again once the old root's
-	// key has left the root Secret).
+	// state is what the decisions start from: the gateway as dualca's
+	// record describes it, so that a Secret deleted or edited behind
+	// dualca's back changes nothing of the rotation (its server credential
+	// cannot be made again once the old root's key has left the root
+	// Secret). With no record, the gateway found, adopted as a fresh start.
 	state bundle.Gateway
+	// tampered names what differs between the Secret and the record; ""
+	// when nothing does (see tampered).
+	tampered string
 }
 
 // restoring reports whether the Secret was deleted and is about to be
 // written again from what dualca last knew of it.
 func (g gatewayRead) restoring() bool { return g.secret == nil && g.state.Exists }
 
-// readGateway reads the gateway Secret through from; a cached copy at
-// another version than the one dualca knows is read again from the API server.
+// readGateway reads the record (from the API server when fresh) and the
+// gateway Secret through from; a cached copy of the gateway at another
+// version than the one dualca knows is read again from the API server.
 func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gatewayRead, error) {
+	rec, err := s.record.read(ctx, from == s.api)
+	if err != nil {
+		return gatewayRead{}, err
+	}
 	obj := &corev1.Secret{}
-	err := from.Get(ctx, s.gatewayKey, obj)
+	err = from.Get(ctx, s.gatewayKey, obj)
 	if from != s.api && (client.IgnoreNotFound(err) != nil || obj.ResourceVersion != s.gatewayRV) {
 		obj = &corev1.Secret{}
 		err = s.api.Get(ctx, s.gatewayKey, obj)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		s.gatewayRV = ""
-		if s.remembered != nil {
-			return gatewayRead{state: gatewayOf(s.remembered, s.parsed)}, nil
-		}
-		return gatewayRead{}, nil
+		s.gatewayRV, obj = "", nil
 	case err != nil:
 		return gatewayRead{}, fmt.Errorf("reading gateway secret %s: %w", s.gatewayKey, err)
+	default:
+		s.gatewayRV = obj.ResourceVersion
 	}
-	s.gatewayRV, s.remembered = obj.ResourceVersion, obj
-	return gatewayRead{secret: obj, state: gatewayOf(obj, s.parsed)}, nil
+	read := gatewayRead{secret: obj, tampered: tampered(obj, rec)}
+	switch {
+	case rec != nil:
+		read.state = gatewayOfRecord(rec, obj, s.parsed)
+	case obj != nil:
+		read.state = adoptedGateway(obj, s.parsed)
+	}
+	return read, nil
 }
 
 // current is the gateway Secret as the API server has it now, or nil.
@@ -165,17 +177,27 @@ func (s *gatewayStore) current(ctx context.Context) *corev1.Secret {
 	return obj
 }
 
-// gatewayOf is what the decisions need of the gateway Secret s, with what
-// they parsed of it before.
-func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
+// adoptedGateway is a gateway Secret found without dualca's record (a
+// first start beside an existing Secret, or an upgrade from a version that
+// kept none): its content is adopted, its annotations are not trusted, and
+// no root but the current one is known to come from the root Secret, so
+// the decision keeps only what that root vouches for (fail closed).
+func adoptedGateway(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return bundle.Gateway{
 		Exists:  true,
 		CertPEM: s.Data[corev1.TLSCertKey],
 		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
 		CAPEM:   s.Data[caKey],
-		State:   bundle.ParseState(s.Annotations),
 		Parsed:  parsed,
 	}
+}
+
+// gatewayOf is the gateway Secret s as the decisions would read it, its
+// annotations included (for `dualca status`).
+func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
+	gw := adoptedGateway(s, parsed)
+	gw.State = bundle.ParseState(s.Annotations)
+	return gw
 }
 
 // written is what a write did.
@@ -186,17 +208,29 @@ type written struct {
 	wrote bool
 	// restored: it was created again after it had been deleted.
 	restored bool
+	// tampered names what was changed outside dualca and written again
+	// from the record; "" when nothing was.
+	tampered string
 	// deferred is how long a change of the client progress alone waits
 	// before it is written; 0 when nothing waits.
 	deferred time.Duration
 }
 
-// write creates or updates the gateway Secret to hold d, and does nothing
-// when it already does. Updates carry the resourceVersion that was read, so
-// a concurrent writer makes this fail with a conflict and the caller
-// re-reads and decides again instead of overwriting.
-func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision) (written, error) {
+// write records d in dualca's record, then creates or updates the gateway
+// Secret to hold it, and does nothing when both already do. Updates carry
+// the resourceVersion that was read, so a concurrent writer makes this fail
+// with a conflict and the caller re-reads and decides again instead of
+// overwriting.
+func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision, root *bundle.Root) (written, error) {
 	desired := s.desired(read.secret, d)
+	if read.secret != nil && progressOnly(read.secret, desired) {
+		if wait := progressEvery - s.clock.Since(s.lastWrite); wait > 0 {
+			return written{secret: read.secret, deferred: wait}, nil
+		}
+	}
+	if err := s.record.write(ctx, desired, d, root); err != nil {
+		return written{}, err
+	}
 	if read.secret == nil {
 		if err := s.writer.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
@@ -211,11 +245,6 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 	if unchanged(read.secret, desired) {
 		return written{secret: read.secret}, nil
 	}
-	if progressOnly(read.secret, desired) {
-		if wait := progressEvery - s.clock.Since(s.lastWrite); wait > 0 {
-			return written{secret: read.secret, deferred: wait}, nil
-		}
-	}
 	if err := s.writer.Update(ctx, desired); err != nil {
 		if apierrors.IsConflict(err) {
 			return written{}, err
@@ -223,7 +252,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 		return written{}, fmt.Errorf("updating gateway secret %s: %w", s.gatewayKey, err)
 	}
 	s.wrote(desired)
-	return written{secret: desired, wrote: true}, nil
+	return written{secret: desired, wrote: true, tampered: read.tampered}, nil
 }
 
 // desired is the gateway Secret holding d, built on current when it exists.
@@ -247,7 +276,7 @@ func (s *gatewayStore) desired(current *corev1.Secret, d bundle.Decision) *corev
 
 // wrote remembers the Secret just written.
 func (s *gatewayStore) wrote(obj *corev1.Secret) {
-	s.lastWrite, s.gatewayRV, s.remembered = s.clock.Now(), obj.ResourceVersion, obj
+	s.lastWrite, s.gatewayRV = s.clock.Now(), obj.ResourceVersion
 	rv := obj.ResourceVersion
 	s.ownVersion.Store(&rv)
 }

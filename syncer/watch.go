@@ -152,7 +152,7 @@ func (r *Reconciler) request() reconcile.Request {
 
 // addStatus adds the status ConfigMap's single-object cache to mgr.
 func (c *caches) addStatus(mgr ctrl.Manager, o Options) error {
-	key := statusConfigMap(o)
+	key := o.StatusConfigMap
 	sc, err := singleObjectCache(mgr, key)
 	if err != nil {
 		return err

@@ -353,7 +353,7 @@ func TestRulesWatchTheirOwnRelease(t *testing.T) {
 // including chart names the scrape job; the rules select what they are told.
 func TestRulesFollowTheScrapeJobOfASidecar(t *testing.T) {
 	pr, _ := render(t, "edge", "--namespace", "gateways", "--set", "prometheusRule.enabled=true",
-		"--set", "deployment.enabled=false", "--set", "prometheusRule.job=istio-ingressgateway",
+		"--set", "deployment.enabled=false", "--set", "leaderElection.enabled=true", "--set", "prometheusRule.job=istio-ingressgateway",
 		"--set", "prometheusRule.namespace=istio-system",
 		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=edge-root",
 		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=edge-gateway")

@@ -61,11 +61,14 @@ func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 		"leader election":              leaderElection,
 		"leader election of its own":   leaderElection + "\nleaderElection: {enabled: true, namespace: dualca-election}\n",
 		"service monitor and rules on": monitoring,
+		"a sidecar's RBAC":             minimal + "\ndeployment: {enabled: false}\nleaderElection: {enabled: true}\n",
 	} {
 		m, err := render(t, "", values)
 		g.Expect(err).NotTo(HaveOccurred(), name)
 		for _, obj := range m {
-			ensureRestrictedNamespace(g, c, obj.GetNamespace())
+			if obj.GetNamespace() != "" { // the admission policy and its binding are cluster-scoped
+				ensureRestrictedNamespace(g, c, obj.GetNamespace())
+			}
 			g.Expect(c.Create(ctx, obj.DeepCopy(), client.DryRunAll)).To(Succeed(), "%s: %s %s/%s", name, obj.GetKind(), obj.GetNamespace(), obj.GetName())
 		}
 		for _, d := range all[appsv1.Deployment](g, m, "Deployment") {

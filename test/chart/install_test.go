@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -50,6 +51,11 @@ func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dualca"}, &rbacv1.Role{})).To(Succeed(), "the Role in %s", ns)
 	}
 	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "dualca"}, &corev1.ServiceAccount{})).To(Succeed())
+	// The admission policy and its binding are cluster-scoped: the install
+	// creates them (test/e2e/rbac_test.go shows the API server enforcing
+	// them; type-checking is kube-controller-manager's, which is not here).
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: "dualca." + releaseNamespace}, &admissionregistrationv1.ValidatingAdmissionPolicy{})).To(Succeed())
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: "dualca." + releaseNamespace}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})).To(Succeed())
 
 	helm("upgrade", "dualca", chartDir(t), "--reuse-values", "--set", "certManagement.legacy=true")
 	g.Expect(legacy()).To(BeTrue(), "upgraded to the legacy strategy")
@@ -60,4 +66,6 @@ func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
 	helm("uninstall", "dualca")
 	err = c.Get(ctx, client.ObjectKey{Namespace: "istio-system", Name: "dualca"}, &rbacv1.Role{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the uninstall removed the Roles: %v", err)
+	err = c.Get(ctx, client.ObjectKey{Name: "dualca." + releaseNamespace}, &admissionregistrationv1.ValidatingAdmissionPolicy{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the uninstall removed the cluster-scoped admission policy: %v", err)
 }

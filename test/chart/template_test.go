@@ -10,14 +10,17 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/controlplane"
 )
 
@@ -57,6 +60,14 @@ var (
 		secretsNamed("agents-gateway-credential", "get", "list", "watch", "update"),
 		rule("", "secrets", "create"),
 	}
+	// The release namespace's: dualca's record and its status, by name,
+	// and their creates, which the admission policy pins.
+	releaseRules = []rbacv1.PolicyRule{
+		secretsNamed("agents-gateway-credential-dualca-state", "get", "list", "watch", "update"),
+		configMapsNamed("agents-gateway-credential-dualca-status", "get", "list", "watch", "update", "patch"),
+		rule("", "configmaps", "create"),
+		rule("", "secrets", "create"),
+	}
 	eventRules = []rbacv1.PolicyRule{
 		rule("events.k8s.io", "events", "create", "patch"),
 	}
@@ -74,7 +85,7 @@ var (
 	}
 	leaseRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			ResourceNames: []string{"dualca-agents-gateway-credential"}, Verbs: []string{"get", "update"}},
+			ResourceNames: []string{"dualca-istio-system-agents-gateway-credential"}, Verbs: []string{"get", "update"}},
 		rule("coordination.k8s.io", "leases", "create"),
 		rule("", "events", "create", "patch"),
 	}
@@ -86,6 +97,12 @@ func rule(group, resource string, verbs ...string) rbacv1.PolicyRule {
 
 func secretsNamed(name string, verbs ...string) rbacv1.PolicyRule {
 	r := rule("", "secrets", verbs...)
+	r.ResourceNames = []string{name}
+	return r
+}
+
+func configMapsNamed(name string, verbs ...string) rbacv1.PolicyRule {
+	r := rule("", "configmaps", verbs...)
 	r.ResourceNames = []string{name}
 	return r
 }
@@ -102,6 +119,8 @@ func rules(sets ...[]rbacv1.PolicyRule) []rbacv1.PolicyRule {
 var minimalArgs = []string{
 	"--root-secret=cert-manager/agents-root-ca",
 	"--gateway-secret=istio-system/agents-gateway-credential",
+	"--state-secret=dualca/agents-gateway-credential-dualca-state",
+	"--status-configmap=dualca/agents-gateway-credential-dualca-status",
 	"--poll-interval=5m",
 	"--trust-propagation-delay=2m",
 	"--server-switch-grace=168h",
@@ -136,10 +155,13 @@ func TestTemplate(t *testing.T) {
 				g.Expect(m.kinds()).To(ConsistOf(
 					"ServiceAccount dualca/dualca", "Service dualca/dualca", "Deployment dualca/dualca",
 					"Role cert-manager/dualca", "RoleBinding cert-manager/dualca",
-					"Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"))
-				g.Expect(m.roleRules(g)).To(HaveLen(2))
+					"Role istio-system/dualca", "RoleBinding istio-system/dualca",
+					"Role dualca/dualca", "RoleBinding dualca/dualca", "Role dualca/dualca-operator",
+					"ValidatingAdmissionPolicy /dualca.dualca", "ValidatingAdmissionPolicyBinding /dualca.dualca"))
+				g.Expect(m.roleRules(g)).To(HaveLen(3))
 				g.Expect(m.roleRules(g)["cert-manager"]).To(ConsistOf(rules(rootRules, eventRules)))
 				g.Expect(m.roleRules(g)["istio-system"]).To(ConsistOf(rules(gatewayRules, eventRules)))
+				g.Expect(m.roleRules(g)[releaseNamespace]).To(ConsistOf(releaseRules))
 				for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
 					g.Expect(b.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dualca"}))
 					g.Expect(b.Subjects).To(ConsistOf(rbacv1.Subject{Kind: "ServiceAccount", Name: "dualca", Namespace: releaseNamespace}))
@@ -154,7 +176,7 @@ func TestTemplate(t *testing.T) {
 			values: clientsLegacy,
 			check: func(g *WithT, m manifest) {
 				roles := m.roleRules(g)
-				g.Expect(roles).To(HaveLen(3))
+				g.Expect(roles).To(HaveLen(4))
 				g.Expect(roles["istio-system"]).To(ConsistOf(rules(rootRules, gatewayRules, eventRules)), "root and gateway share a namespace, and a Role")
 				g.Expect(roles["agents"]).To(ConsistOf(legacyClientRules))
 				g.Expect(roles["edge"]).To(ConsistOf(legacyClientRules))
@@ -186,7 +208,7 @@ func TestTemplate(t *testing.T) {
 			values: leaderElection,
 			check: func(g *WithT, m manifest) {
 				roles := m.roleRules(g)
-				g.Expect(roles).To(HaveLen(2))
+				g.Expect(roles).To(HaveLen(3))
 				g.Expect(roles["istio-system"]).To(ConsistOf(rules(gatewayRules, eventRules, leaseRules)))
 				g.Expect(roles["cert-manager"]).To(ConsistOf(rules(rootRules, eventRules)))
 				d := m.deployment(g)
@@ -201,7 +223,7 @@ func TestTemplate(t *testing.T) {
 			values: leaderElection + "\nleaderElection: {enabled: true, namespace: dualca-election}\n",
 			check: func(g *WithT, m manifest) {
 				roles := m.roleRules(g)
-				g.Expect(roles).To(HaveLen(3))
+				g.Expect(roles).To(HaveLen(4))
 				g.Expect(roles["dualca-election"]).To(ConsistOf(leaseRules))
 				g.Expect(roles["istio-system"]).To(ConsistOf(rules(gatewayRules, eventRules)))
 				g.Expect(m.deployment(g).Spec.Template.Spec.Containers[0].Args).To(ContainElements("--leader-elect", "--leader-election-namespace=dualca-election"))
@@ -272,6 +294,8 @@ dashboard:
 		"every value reaches its flag": {
 			values: clientsLegacy + `
 image: {repository: registry.example/dualca, tag: v9.9.9, pullPolicy: Always}
+stateSecret: {name: record}
+statusConfigMap: {name: status}
 rotation: {pollInterval: 1m30s, trustPropagationDelay: "0", serverSwitchGrace: 72h}
 renewal: {qps: 0.5, burst: 1000000}
 leaderElection: {enabled: true, namespace: dualca-election}
@@ -290,6 +314,8 @@ extraArgs: [--zap-devel]
 				g.Expect(c.Args).To(Equal([]string{
 					"--root-secret=istio-system/agents-root-ca",
 					"--gateway-secret=istio-system/agents-gateway-credential",
+					"--state-secret=dualca/record",
+					"--status-configmap=dualca/status",
 					"--cert-management-legacy",
 					"--poll-interval=1m30s",
 					"--trust-propagation-delay=0",
@@ -310,6 +336,8 @@ extraArgs: [--zap-devel]
 				}))
 				o := parseArgs(g, c.Args)
 				g.Expect(o.RenewalBurst).To(Equal(1000000))
+				g.Expect(o.StateSecret).To(Equal(types.NamespacedName{Namespace: releaseNamespace, Name: "record"}))
+				g.Expect(o.StatusConfigMap).To(Equal(types.NamespacedName{Namespace: releaseNamespace, Name: "status"}))
 				g.Expect(o.MetricsBindAddress).To(Equal(":9090"))
 			},
 		},
@@ -325,21 +353,27 @@ extraArgs: [--zap-devel]
 				g.Expect(c.ReadinessProbe).To(BeNil())
 			},
 		},
-		"without the Deployment, for a sidecar, only the RBAC and the ServiceAccount": {
-			values: minimal + "\ndeployment: {enabled: false}\nserviceMonitor: {enabled: true}\n",
+		"without the Deployment, for a sidecar, only the RBAC, the admission policy and the ServiceAccount": {
+			values: minimal + "\ndeployment: {enabled: false}\nleaderElection: {enabled: true}\nserviceMonitor: {enabled: true}\n",
 			check: func(g *WithT, m manifest) {
 				g.Expect(m.kinds()).To(ConsistOf("ServiceAccount dualca/dualca",
 					"Role cert-manager/dualca", "RoleBinding cert-manager/dualca",
-					"Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"))
+					"Role istio-system/dualca", "RoleBinding istio-system/dualca",
+					"Role dualca/dualca", "RoleBinding dualca/dualca", "Role dualca/dualca-operator",
+					"ValidatingAdmissionPolicy /dualca.dualca", "ValidatingAdmissionPolicyBinding /dualca.dualca"))
 			},
 		},
-		"the operator's Role: get and patch of the gateway Secret by name, bound to the subjects given": {
+		"the operator's Role: get, patch and update of the status ConfigMap by name, nothing on Secrets, bound to the subjects given": {
 			values: minimal + "\noperatorRole: {subjects: [{kind: Group, name: oncall, apiGroup: rbac.authorization.k8s.io}]}\n",
 			check: func(g *WithT, m manifest) {
 				r := m.operatorRole(g)
 				g.Expect(r).NotTo(BeNil())
-				g.Expect(r.Namespace).To(Equal("istio-system"), "beside the gateway Secret")
-				g.Expect(r.Rules).To(ConsistOf(secretsNamed("agents-gateway-credential", "get", "patch")))
+				g.Expect(r.Namespace).To(Equal(releaseNamespace), "beside the status ConfigMap")
+				g.Expect(r.Rules).To(ConsistOf(configMapsNamed("agents-gateway-credential-dualca-status", "get", "patch", "update")))
+				for _, rule := range r.Rules {
+					g.Expect(rule.Resources).NotTo(ContainElement("secrets"), "the operator reads no key")
+					g.Expect(rule.Resources).NotTo(ContainElement("*"))
+				}
 				var bound []rbacv1.Subject
 				for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
 					if b.Name != "dualca-operator" {
@@ -439,32 +473,37 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		values  string
 		wantErr string
 	}{
-		"a missing root secret":               {values: "gatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
-		"a missing root secret name":          {values: "rootSecret: {namespace: a}\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
-		"a null root secret":                  {values: "rootSecret: null\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "rootSecret"},
-		"an empty gateway namespace":          {values: minimal + "gatewaySecret: {namespace: '', name: b}\n", wantErr: "/gatewaySecret/namespace"},
-		"an upper-case secret name":           {values: minimal + "rootSecret: {namespace: a, name: Root}\n", wantErr: "/rootSecret/name"},
-		"qps as a string":                     {values: minimal + "renewal: {qps: fast}\n", wantErr: "/renewal/qps"},
-		"qps of zero":                         {values: minimal + "renewal: {qps: 0}\n", wantErr: "/renewal/qps"},
-		"a fractional burst":                  {values: minimal + "renewal: {burst: 1.5}\n", wantErr: "/renewal/burst"},
-		"a burst of zero":                     {values: minimal + "renewal: {burst: 0}\n", wantErr: "/renewal/burst"},
-		"legacy as \"yes\"":                   {values: minimal + "certManagement: {legacy: \"yes\"}\n", wantErr: "/certManagement/legacy"},
-		"a duration in words":                 {values: minimal + "rotation: {pollInterval: 5 minutes}\n", wantErr: "/rotation/pollInterval"},
-		"a duration without a unit":           {values: minimal + "rotation: {serverSwitchGrace: 300}\n", wantErr: "/rotation/serverSwitchGrace"},
-		"a zero poll interval":                {values: minimal + "rotation: {pollInterval: 0s}\n", wantErr: "/rotation/pollInterval"},
-		"a negative propagation delay":        {values: minimal + "rotation: {trustPropagationDelay: -1s}\n", wantErr: "/rotation/trustPropagationDelay"},
-		"client namespaces as a string":       {values: minimal + "clients: {selector: a=b, namespaces: agents}\n", wantErr: "/clients/namespaces"},
-		"leader election as a string":         {values: minimal + "leaderElection: {enabled: \"true\"}\n", wantErr: "/leaderElection/enabled"},
-		"a port out of range":                 {values: minimal + "metrics: {port: 70000}\n", wantErr: "/metrics/port"},
-		"an unknown log level":                {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
-		"a digest without its algorithm":      {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
-		"a misspelt key":                      {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
-		"client namespaces without selector":  {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
-		"the gateway is the root":             {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},
-		"two replicas without election":       {values: minimal + "replicas: 2\n", wantErr: "replicas > 1 needs leaderElection.enabled"},
-		"a dashboard label as a number":       {values: minimal + "dashboard: {enabled: true, labels: {grafana_dashboard: 1}}\n", wantErr: "/dashboard/labels/grafana_dashboard"},
-		"a dashboard in an invalid namespace": {values: minimal + "dashboard: {enabled: true, namespace: Monitoring}\n", wantErr: "/dashboard/namespace"},
-		"no service account to bind":          {values: minimal + "serviceAccount: {create: false}\n", wantErr: "serviceAccount.name is required"},
+		"a missing root secret":                {values: "gatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
+		"a missing root secret name":           {values: "rootSecret: {namespace: a}\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "at '/rootSecret/name': minLength: got 0, want 1"},
+		"a null root secret":                   {values: "rootSecret: null\ngatewaySecret: {namespace: a, name: b}\n", wantErr: "rootSecret"},
+		"an empty gateway namespace":           {values: minimal + "gatewaySecret: {namespace: '', name: b}\n", wantErr: "/gatewaySecret/namespace"},
+		"an upper-case secret name":            {values: minimal + "rootSecret: {namespace: a, name: Root}\n", wantErr: "/rootSecret/name"},
+		"qps as a string":                      {values: minimal + "renewal: {qps: fast}\n", wantErr: "/renewal/qps"},
+		"qps of zero":                          {values: minimal + "renewal: {qps: 0}\n", wantErr: "/renewal/qps"},
+		"a fractional burst":                   {values: minimal + "renewal: {burst: 1.5}\n", wantErr: "/renewal/burst"},
+		"a burst of zero":                      {values: minimal + "renewal: {burst: 0}\n", wantErr: "/renewal/burst"},
+		"legacy as \"yes\"":                    {values: minimal + "certManagement: {legacy: \"yes\"}\n", wantErr: "/certManagement/legacy"},
+		"a duration in words":                  {values: minimal + "rotation: {pollInterval: 5 minutes}\n", wantErr: "/rotation/pollInterval"},
+		"a duration without a unit":            {values: minimal + "rotation: {serverSwitchGrace: 300}\n", wantErr: "/rotation/serverSwitchGrace"},
+		"a zero poll interval":                 {values: minimal + "rotation: {pollInterval: 0s}\n", wantErr: "/rotation/pollInterval"},
+		"a negative propagation delay":         {values: minimal + "rotation: {trustPropagationDelay: -1s}\n", wantErr: "/rotation/trustPropagationDelay"},
+		"client namespaces as a string":        {values: minimal + "clients: {selector: a=b, namespaces: agents}\n", wantErr: "/clients/namespaces"},
+		"leader election as a string":          {values: minimal + "leaderElection: {enabled: \"true\"}\n", wantErr: "/leaderElection/enabled"},
+		"a port out of range":                  {values: minimal + "metrics: {port: 70000}\n", wantErr: "/metrics/port"},
+		"an unknown log level":                 {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
+		"a digest without its algorithm":       {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
+		"a misspelt key":                       {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
+		"client namespaces without selector":   {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
+		"the gateway is the root":              {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},
+		"two replicas without election":        {values: minimal + "replicas: 2\n", wantErr: "replicas > 1 needs leaderElection.enabled"},
+		"a dashboard label as a number":        {values: minimal + "dashboard: {enabled: true, labels: {grafana_dashboard: 1}}\n", wantErr: "/dashboard/labels/grafana_dashboard"},
+		"a dashboard in an invalid namespace":  {values: minimal + "dashboard: {enabled: true, namespace: Monitoring}\n", wantErr: "/dashboard/namespace"},
+		"no service account to bind":           {values: minimal + "serviceAccount: {create: false}\n", wantErr: "serviceAccount.name is required"},
+		"a sidecar without leader election":    {values: minimal + "deployment: {enabled: false}\n", wantErr: "deployment.enabled=false (dualca as a sidecar) needs leaderElection.enabled"},
+		"an upper-case state Secret name":      {values: minimal + "stateSecret: {name: State}\n", wantErr: "/stateSecret/name"},
+		"a status ConfigMap name with a slash": {values: minimal + "statusConfigMap: {name: a/b}\n", wantErr: "/statusConfigMap/name"},
+		"a state Secret in another namespace":  {values: minimal + "stateSecret: {namespace: other, name: state}\n", wantErr: "'namespace' not allowed"},
+		"admission policy on as a string":      {values: minimal + "admissionPolicy: {enabled: \"no\"}\n", wantErr: "/admissionPolicy/enabled"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -489,6 +528,7 @@ func TestTheContainerTemplateRunsDualcaAsASidecar(t *testing.T) {
 dualca:
   deployment: {enabled: false}
   serviceAccount: {create: false, name: gateway}
+  leaderElection: {enabled: true}
   rootSecret: {namespace: istio-system, name: agents-root-ca}
   gatewaySecret: {namespace: istio-system, name: agents-gateway-credential}
   metrics: {port: 15091}
@@ -519,8 +559,13 @@ spec:
 
 	m, err := render(t, gateway, "")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(m.kinds()).To(ConsistOf("Deployment dualca/gateway", "Role istio-system/dualca", "RoleBinding istio-system/dualca", "Role istio-system/dualca-operator"),
+	g.Expect(m.kinds()).To(ConsistOf("Deployment dualca/gateway", "Role istio-system/dualca", "RoleBinding istio-system/dualca",
+		"Role dualca/dualca", "RoleBinding dualca/dualca", "Role dualca/dualca-operator",
+		"ValidatingAdmissionPolicy /dualca.dualca", "ValidatingAdmissionPolicyBinding /dualca.dualca"),
 		"the gateway runs dualca: no Deployment nor ServiceAccount of dualca's own")
+	g.Expect(find(g, m, "ValidatingAdmissionPolicy").Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("matchConditions",
+		ConsistOf(HaveKeyWithValue("expression", `request.userInfo.username == "system:serviceaccount:dualca:gateway"`)))),
+		"the policy pins the gateway's ServiceAccount, which runs dualca")
 	pod := m.deployment(g).Spec.Template.Spec
 	g.Expect(pod.Containers).To(HaveLen(2))
 	sidecar := pod.Containers[1]
@@ -532,6 +577,14 @@ spec:
 	for _, b := range all[rbacv1.RoleBinding](g, m, "RoleBinding") {
 		g.Expect(b.Subjects).To(ConsistOf(HaveField("Name", "gateway")), "the Roles are the gateway's ServiceAccount's")
 	}
+
+	// The gateway's replica count is not this chart's to know: without
+	// leader election the gateway chart does not render.
+	values := strings.Replace(files["values.yaml"], "  leaderElection: {enabled: true}\n", "", 1)
+	g.Expect(values).NotTo(Equal(files["values.yaml"]))
+	g.Expect(os.WriteFile(filepath.Join(gateway, "values.yaml"), []byte(values), 0o600)).To(Succeed())
+	_, err = render(t, gateway, "")
+	g.Expect(err).To(MatchError(ContainSubstring("needs leaderElection.enabled")), "a sidecar without leader election is refused")
 }
 
 // TestTheChartRequiresATestedKubernetesVersion checks the chart's
@@ -550,4 +603,86 @@ func TestTheChartRequiresATestedKubernetesVersion(t *testing.T) {
 	older := fmt.Sprintf("v%d.%d.0", oldest.Major(), oldest.Minor()-1)
 	_, err = controlplane.Helm(t, "template", "dualca", chartDir(t), "--namespace", releaseNamespace, "-f", valuesFile(t, minimal), "--kube-version", older)
 	g.Expect(err).To(MatchError(ContainSubstring("kubeVersion")), "helm refuses Kubernetes %s, older than every tested version", older)
+}
+
+// TestTheAdmissionPolicyPinsDualcasCreates checks the rendered
+// ValidatingAdmissionPolicy: it matches dualca's ServiceAccount's creates
+// of Secrets and ConfigMaps, names what it may create, and refuses a token
+// Secret; its binding denies. test/e2e/rbac_test.go shows the API server
+// enforcing it.
+func TestTheAdmissionPolicyPinsDualcasCreates(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	m, err := render(t, "", minimal)
+	g.Expect(err).NotTo(HaveOccurred())
+	policies := all[admissionregistrationv1.ValidatingAdmissionPolicy](g, m, "ValidatingAdmissionPolicy")
+	bindings := all[admissionregistrationv1.ValidatingAdmissionPolicyBinding](g, m, "ValidatingAdmissionPolicyBinding")
+	g.Expect(policies).To(HaveLen(1))
+	g.Expect(bindings).To(HaveLen(1))
+	p, b := policies[0], bindings[0]
+	g.Expect(p.Namespace).To(BeEmpty(), "cluster-scoped")
+	g.Expect(p.Spec.FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Fail)))
+	g.Expect(p.Spec.MatchConstraints.ResourceRules).To(ConsistOf(HaveField("RuleWithOperations", And(
+		HaveField("Operations", ConsistOf(admissionregistrationv1.Create)),
+		HaveField("Rule.APIGroups", ConsistOf("")),
+		HaveField("Rule.Resources", ConsistOf("secrets", "configmaps"))))))
+	g.Expect(p.Spec.MatchConditions).To(ConsistOf(HaveField("Expression",
+		`request.userInfo.username == "system:serviceaccount:dualca:dualca"`)))
+	var exprs []string
+	for _, v := range p.Spec.Validations {
+		exprs = append(exprs, v.Expression)
+	}
+	joined := strings.Join(exprs, "\n")
+	for _, want := range []string{
+		`request.namespace == "istio-system" && object.metadata.name == "agents-gateway-credential"`,
+		`request.namespace == "dualca" && object.metadata.name == "agents-gateway-credential-dualca-state"`,
+		`request.namespace == "dualca" && object.metadata.name == "agents-gateway-credential-dualca-status"`,
+		`"kubernetes.io/service-account-token"`,
+		`"kubernetes.io/service-account.name" in object.metadata.annotations`,
+	} {
+		g.Expect(joined).To(ContainSubstring(want))
+	}
+	g.Expect(b.Spec.PolicyName).To(Equal(p.Name))
+	g.Expect(b.Spec.ValidationActions).To(ConsistOf(admissionregistrationv1.Deny))
+
+	// Another release of the chart, in another namespace, has a policy of
+	// its own: the names are cluster-wide.
+	other, err := controlplane.Helm(t, "template", "dualca", chartDir(t), "--namespace", "other", "-f", valuesFile(t, minimal))
+	g.Expect(err).NotTo(HaveOccurred())
+	om, err := parse(other)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(find(g, om, "ValidatingAdmissionPolicy").GetName()).NotTo(Equal(p.Name))
+
+	off, err := render(t, "", minimal+"admissionPolicy: {enabled: false}\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(off.kinds()).NotTo(ContainElement(HavePrefix("ValidatingAdmissionPolicy")))
+}
+
+// TestTheLeaseNameIsDualcas: the Role's Lease is the one dualca elects
+// with (syncer.LeaseName), for short names and for names cut to fit.
+func TestTheLeaseNameIsDualcas(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)
+	for name, gateway := range map[string]types.NamespacedName{
+		"short":                            {Namespace: "istio-system", Name: "agents-gateway-credential"},
+		"the same name, another namespace": {Namespace: "edge", Name: "agents-gateway-credential"},
+		"too long: cut, with a hash":       {Namespace: strings.Repeat("n", 63), Name: long},
+		"cut after a dot":                  {Namespace: "ns", Name: strings.Repeat("x", 231) + ".y" + strings.Repeat("z", 20)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			m, err := render(t, "", fmt.Sprintf("rootSecret: {namespace: cert-manager, name: root}\ngatewaySecret: {namespace: %s, name: %q}\nleaderElection: {enabled: true}\n"+
+				"stateSecret: {name: state}\nstatusConfigMap: {name: status}\n",
+				gateway.Namespace, gateway.Name))
+			g.Expect(err).NotTo(HaveOccurred())
+			var leases []string
+			for _, r := range m.roleRules(g)[gateway.Namespace] {
+				if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) > 0 {
+					leases = append(leases, r.ResourceNames...)
+				}
+			}
+			g.Expect(leases).To(ConsistOf(syncer.LeaseName(gateway)))
+		})
+	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/mtls"
 	"github.com/dualca/dualca/test/run"
@@ -333,7 +334,7 @@ func (s *scenario) reissues() map[int]int {
 // leaseHolder is who holds dualca's Lease, "" when nobody does.
 func (s *scenario) leaseHolder() string {
 	lease := &coordinationv1.Lease{}
-	if err := s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease); err != nil || lease.Spec.HolderIdentity == nil {
+	if err := s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: syncer.LeaseName(types.NamespacedName{Namespace: s.ns, Name: gatewayName})}, lease); err != nil || lease.Spec.HolderIdentity == nil {
 		return ""
 	}
 	return *lease.Spec.HolderIdentity

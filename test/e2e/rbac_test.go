@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/controlplane"
 )
@@ -77,10 +80,103 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 	for what, err := range forbidden {
 		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s is forbidden, got %v", what, err)
 	}
-	// What RBAC cannot narrow: create is granted for the gateway Secret,
-	// and no name is known when a create is authorized.
-	s.g.Expect(c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "any-name"}}, client.DryRunAll)).
-		To(Succeed(), "creating a Secret of any name in the gateway's namespace is allowed")
+	// What RBAC cannot narrow, create, the chart's admission policy does:
+	// a Secret of any other name in the gateway's namespace is refused
+	// (TestChartAdmissionPolicyPinsWhatDualcaCreates has the rest).
+	s.awaitAdmissionPolicy(c)
+	err := c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "any-name"}}, client.DryRunAll)
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating a Secret of any other name in the gateway's namespace is refused, got %v", err)
+}
+
+// TestChartAdmissionPolicyPinsWhatDualcaCreates: RBAC grants dualca's
+// ServiceAccount create of Secrets in the gateway's namespace (and the
+// release's), with no name, which would let it mint a token Secret for any
+// ServiceAccount there. The chart's ValidatingAdmissionPolicy, loaded by
+// the API server, lets it create the gateway Secret, the state Secret and
+// the status ConfigMap, and nothing else. The operator Role's holder reads
+// no Secret, and reads and annotates the status ConfigMap. dualca does not
+// run here: only the API server's answers to each identity are checked.
+func TestChartAdmissionPolicyPinsWhatDualcaCreates(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 1)
+	operator := "oncall-" + s.ns
+	_, sa := s.installChartRBAC(false, fmt.Sprintf("operatorRole: {subjects: [{kind: User, name: %s, apiGroup: rbac.authorization.k8s.io}]}", operator))
+	c := s.clientAs(sa)
+	s.awaitAdmissionPolicy(c)
+
+	state := flags.DefaultStateSecret(types.NamespacedName{Namespace: s.ns, Name: gatewayName})
+	status := flags.DefaultStatusConfigMap(types.NamespacedName{Namespace: s.ns, Name: gatewayName}, state)
+	tokenFor := func(name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name,
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken}
+	}
+	secret := func(key types.NamespacedName) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Type: corev1.SecretTypeOpaque}
+	}
+	configMap := func(key types.NamespacedName) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	}
+	annotatedOnly := secret(types.NamespacedName{Namespace: s.ns, Name: gatewayName})
+	annotatedOnly.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+	create := func(obj client.Object) error { return c.Create(s.ctx, obj, client.DryRunAll) }
+
+	denied := map[string]error{
+		"a Secret of another name in the gateway's namespace": create(secret(types.NamespacedName{Namespace: s.ns, Name: "other"})),
+		"a token Secret of another name":                      create(tokenFor("minted-token")),
+		"a token Secret named as the gateway Secret":          create(tokenFor(gatewayName)),
+		"a token Secret named as the state Secret":            create(tokenFor(state.Name)),
+		"an Opaque Secret naming a ServiceAccount":            create(annotatedOnly),
+		"a ConfigMap of another name":                         create(configMap(types.NamespacedName{Namespace: s.ns, Name: "other"})),
+	}
+	for what, err := range denied {
+		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating %s is refused, got %v", what, err)
+		s.g.Expect(err).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy")), "%s: refused by the admission policy, not RBAC", what)
+	}
+	for what, obj := range map[string]client.Object{
+		"the gateway Secret":   secret(types.NamespacedName{Namespace: s.ns, Name: gatewayName}),
+		"the state Secret":     secret(state),
+		"the status ConfigMap": configMap(status),
+	} {
+		s.g.Expect(create(obj)).To(Succeed(), "dualca may create %s", what)
+	}
+	// The policy binds dualca's ServiceAccount only: the admin is not held to it.
+	s.g.Expect(s.c.Client.Create(s.ctx, tokenFor("admins-token"), client.DryRunAll)).To(Succeed(), "the policy matches dualca's account alone")
+
+	// The operator reads no Secret, and steers through the status ConfigMap.
+	s.g.Expect(s.c.Client.Create(s.ctx, configMap(status))).To(Succeed())
+	s.g.Expect(s.c.Client.Create(s.ctx, configMap(types.NamespacedName{Namespace: s.ns, Name: "other"}))).To(Succeed())
+	ops := s.operatorClient(operator)
+	for _, name := range []string{gatewayName, rootName, state.Name} {
+		_, err := ops.CoreV1().Secrets(s.ns).Get(s.ctx, name, metav1.GetOptions{})
+		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the operator cannot get Secret %s, got %v", name, err)
+	}
+	_, err := ops.CoreV1().Secrets(s.ns).List(s.ctx, metav1.ListOptions{})
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the operator cannot list Secrets, got %v", err)
+	_, err = ops.CoreV1().Secrets(s.ns).List(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + gatewayName})
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "nor the gateway Secret by name, got %v", err)
+	cms := ops.CoreV1().ConfigMaps(s.ns)
+	_, err = cms.Get(s.ctx, status.Name, metav1.GetOptions{})
+	s.g.Expect(err).NotTo(HaveOccurred(), "the operator reads the status ConfigMap")
+	patched, err := cms.Patch(s.ctx, status.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"dualca.io/paused":"true"}}}`), metav1.PatchOptions{})
+	s.g.Expect(err).NotTo(HaveOccurred(), "the operator annotates the status ConfigMap")
+	s.g.Expect(patched.Annotations).To(HaveKeyWithValue("dualca.io/paused", "true"))
+	_, err = cms.Get(s.ctx, "other", metav1.GetOptions{})
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the operator cannot read another ConfigMap, got %v", err)
+	_, err = cms.Create(s.ctx, configMap(types.NamespacedName{Namespace: s.ns, Name: "x"}), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the operator cannot create a ConfigMap, got %v", err)
+}
+
+// awaitAdmissionPolicy waits until the API server enforces the chart's
+// admission policy for c, dualca's ServiceAccount: policies take effect
+// asynchronously after their creation. It probes with a dry-run create of
+// a Secret the policy refuses, which RBAC alone allows.
+func (s *scenario) awaitAdmissionPolicy(c client.Client) {
+	s.t.Helper()
+	s.g.Eventually(func() error {
+		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "admission-policy-probe"}}
+		return c.Create(s.ctx, probe, client.DryRunAll)
+	}).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(
+		And(HaveOccurred(), WithTransform(apierrors.IsForbidden, BeTrue())), "the API server enforces the chart's admission policy")
 }
 
 // TestChartRBACIsEnoughForTheLegacyStrategy: the legacy strategy's Roles,
@@ -121,7 +217,7 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 	_, failures := s.report("zero-downtime with leader election, as the chart's ServiceAccount")
 	s.g.Expect(failures).To(BeZero())
 	lease := &coordinationv1.Lease{}
-	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: "dualca-" + gatewayName}, lease)).To(Succeed())
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: syncer.LeaseName(types.NamespacedName{Namespace: s.ns, Name: gatewayName})}, lease)).To(Succeed())
 	s.g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Not(BeEmpty())), "dualca holds the Lease")
 	s.g.Eventually(func(g Gomega) {
 		var events corev1.EventList
@@ -132,9 +228,11 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 }
 
 // installChartRBAC renders the chart for the scenario with bin/helm and
-// creates its ServiceAccount, Roles and RoleBindings. It returns dualca's
-// Roles (the operator's Role is created, not returned) and the
-// ServiceAccount's name. extra are more values, YAML.
+// creates its ServiceAccount, Roles and RoleBindings, and its admission
+// policy and binding (cluster-scoped, named after the scenario's namespace,
+// deleted when the test ends). It returns dualca's Roles (the operator's
+// Role is created, not returned) and the ServiceAccount's name. extra are
+// more values, YAML.
 func (s *scenario) installChartRBAC(legacy bool, extra ...string) ([]*rbacv1.Role, string) {
 	s.t.Helper()
 	values := fmt.Sprintf(`
@@ -157,6 +255,9 @@ certManagement: {legacy: %[5]t}
 				roles = append(roles, r)
 			}
 		case "RoleBinding":
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			obj := o.DeepCopy()
+			s.t.Cleanup(func() { _ = s.c.Client.Delete(context.Background(), obj) })
 		default:
 			continue
 		}

@@ -16,14 +16,13 @@ import (
 	"github.com/dualca/dualca/test/certs"
 )
 
-// TestALostGatewayIsRebuiltFromTheClients: the gateway Secret is deleted
+// TestALostGatewayIsRestoredFromTheRecord: the gateway Secret is deleted
 // while dualca is down, in the middle of a rotation. The old root is no
-// longer in the root Secret, and dualca has no memory of it: the trust it
-// needs comes back from the clients' own Secrets. A certificate there
-// counts only if it is a CA with the root's subject that signed the
-// client's leaf, so no client that was working is cut off, and no client
-// Secret can slip another CA into the gateway.
-func TestALostGatewayIsRebuiltFromTheClients(t *testing.T) {
+// longer in the root Secret, and its server credential can no longer be
+// made: dualca's record still has both, so the gateway comes back as it
+// was, with a GatewayRestored Warning. A client Secret carrying a CA of its
+// own never reaches the gateway.
+func TestALostGatewayIsRestoredFromTheRecord(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	o := s.options()
@@ -55,12 +54,10 @@ func TestALostGatewayIsRebuiltFromTheClients(t *testing.T) {
 	roots, err := bundle.ParseCertificates("ca.crt", gw.Data["ca.crt"])
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(fingerprints(roots)).To(ConsistOf(fingerprint(r2.Cert), fingerprint(r1.Cert)),
-		"the new root, and the old one two clients still use, taken from their Secrets; not the intruder")
-	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationServer, fingerprint(r2.Cert)),
-		"the old server credential is lost with the Secret: the server presents the current root")
-	s.g.Eventually(s.events).Should(ContainElement(And(
-		HavePrefix(bundle.ReasonBundleUpdated+": gateway Secret created: serving root"),
-		ContainSubstring("trusting 2 roots"))))
+		"the new root, and the old one two clients still use; not the intruder")
+	s.g.Expect(gw.Annotations).To(HaveKeyWithValue(bundle.AnnotationServer, fingerprint(r1.Cert)),
+		"the old server credential comes back from the record: the server still presents root-1")
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayRestored + ": gateway Secret was deleted; restored")))
 	s.g.Consistently(s.view, time.Second).Should(HaveField("Roots", HaveLen(2)))
 }
 

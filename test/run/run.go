@@ -154,3 +154,13 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Counter is the value of dualca's counter name, which has no labels; -1
+// when it has no series.
+func (d *Dualca) Counter(name string) float64 {
+	f := d.family(name)
+	if f == nil || len(f.GetMetric()) != 1 {
+		return -1
+	}
+	return f.GetMetric()[0].GetCounter().GetValue()
+}

@@ -51,6 +51,30 @@ with the message dualca itself would give at start-up.
 {{- if and (gt (int $v.replicas) 1) (not $v.leaderElection.enabled) -}}
 {{- fail "replicas > 1 needs leaderElection.enabled: two dualcas would race on the gateway Secret" -}}
 {{- end -}}
+{{- if and (not $v.deployment.enabled) (not $v.leaderElection.enabled) -}}
+{{- fail "deployment.enabled=false (dualca as a sidecar) needs leaderElection.enabled: this chart cannot know how many replicas the including workload runs, and two dualcas without election would race on the gateway Secret" -}}
+{{- end -}}
+{{- if gt (len (include "dualca.stateSecretName" .)) 253 -}}
+{{- fail "the state Secret's name is longer than 253 characters: set stateSecret.name" -}}
+{{- end -}}
+{{- if gt (len (include "dualca.statusConfigMapName" .)) 253 -}}
+{{- fail "the status ConfigMap's name is longer than 253 characters: set statusConfigMap.name" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca's record of the gateway it wrote (--state-secret) and its public
+status and operator controls (--status-configmap), both in the release
+namespace: where dualca's own account writes and no gateway-Secret writer
+needs to. The names default to those dualca derives from the gateway
+Secret's name (flags.DefaultStateSecret, flags.DefaultStatusConfigMap).
+*/}}
+{{- define "dualca.stateSecretName" -}}
+{{- .Values.stateSecret.name | default (printf "%s-dualca-state" .Values.gatewaySecret.name) -}}
+{{- end -}}
+
+{{- define "dualca.statusConfigMapName" -}}
+{{- .Values.statusConfigMap.name | default (printf "%s-dualca-status" .Values.gatewaySecret.name) -}}
 {{- end -}}
 
 {{/*
@@ -72,9 +96,9 @@ namespace (the gateway's by default, none without leader election).
 {{- end -}}
 {{- end -}}
 
-{{/* dualca.rbacNamespaces: every namespace that gets a Role, sorted, once each. */}}
+{{/* dualca.rbacNamespaces: every namespace that gets a Role (the release's holds the state Secret and status ConfigMap), sorted, once each. */}}
 {{- define "dualca.rbacNamespaces" -}}
-{{- $all := list .Values.rootSecret.namespace .Values.gatewaySecret.namespace -}}
+{{- $all := list .Values.rootSecret.namespace .Values.gatewaySecret.namespace .Release.Namespace -}}
 {{- $all = concat $all (include "dualca.clientNamespaces" . | fromJsonArray) -}}
 {{- with include "dualca.electionNamespace" . -}}
 {{- $all = append $all . -}}
@@ -82,9 +106,21 @@ namespace (the gateway's by default, none without leader election).
 {{- $all | uniq | sortAlpha | toJson -}}
 {{- end -}}
 
-{{/* dualca.leaseName is controller-runtime's LeaderElectionID as dualca sets it. */}}
+{{/*
+dualca.leaseName is controller-runtime's LeaderElectionID as dualca sets it
+(syncer.LeaseName): "dualca-<gateway namespace>-<gateway name>", so that two
+gateways of one name in two namespaces never share a Lease. Past 253
+characters it is cut to 242, trailing dots and dashes dropped, and the first
+10 hex digits of the SHA-256 of the whole name appended after a dash.
+test/chart checks the two agree.
+*/}}
 {{- define "dualca.leaseName" -}}
-dualca-{{ .Values.gatewaySecret.name }}
+{{- $full := printf "dualca-%s-%s" .Values.gatewaySecret.namespace .Values.gatewaySecret.name -}}
+{{- if le (len $full) 253 -}}
+{{- $full -}}
+{{- else -}}
+{{- printf "%s-%s" (regexReplaceAll "[-.]+$" ($full | trunc 242) "") (sha256sum $full | trunc 10) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* dualca.args are dualca's flags, one per line, from the values. */}}
@@ -92,6 +128,8 @@ dualca-{{ .Values.gatewaySecret.name }}
 {{- $v := .Values -}}
 - --root-secret={{ $v.rootSecret.namespace }}/{{ $v.rootSecret.name }}
 - --gateway-secret={{ $v.gatewaySecret.namespace }}/{{ $v.gatewaySecret.name }}
+- --state-secret={{ .Release.Namespace }}/{{ include "dualca.stateSecretName" . }}
+- --status-configmap={{ .Release.Namespace }}/{{ include "dualca.statusConfigMapName" . }}
 {{- if $v.certManagement.legacy }}
 - --cert-management-legacy
 {{- end }}
@@ -150,7 +188,11 @@ pod spec, include it with the dependency's context:
       {{- include "dualca.container" .Subcharts.dualca | nindent 6 }}
 
 The container carries its own hardened security context, since the
-including pod's is not this chart's to set.
+including pod's is not this chart's to set. The chart refuses a sidecar
+without leader election (leaderElection.enabled): the including workload's
+replica count is not known here. Prefer the Deployment: as a sidecar,
+dualca's Roles, which read the root CA's private key, belong to the
+gateway pod's ServiceAccount, an internet-facing pod's.
 */}}
 {{- define "dualca.container" -}}
 {{- include "dualca.validate" . -}}
@@ -195,4 +237,12 @@ including pod's is not this chart's to set.
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end -}}
+
+{{/*
+dualca.admissionPolicyName names the cluster-scoped ValidatingAdmissionPolicy
+and its binding: the full name and the release namespace, unique per release.
+*/}}
+{{- define "dualca.admissionPolicyName" -}}
+{{- printf "%s.%s" (include "dualca.fullname" .) .Release.Namespace -}}
 {{- end -}}
