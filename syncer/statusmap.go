@@ -223,7 +223,8 @@ type published struct {
 // progress alone at most every progressEvery.
 func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (published, error) {
 	now := m.clock.Now()
-	r.ObservedAt, r.PollInterval = &now, m.poll.String()
+	every := m.heartbeat()
+	r.ObservedAt, r.PollInterval = &now, every.String()
 	body, err := json.Marshal(r)
 	if err != nil {
 		return published{}, fmt.Errorf("encoding the status: %w", err)
@@ -239,7 +240,7 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 		last = parseReport(m.read.Data[StatusKey])
 	}
 	since := m.clock.Since(m.publishedAt)
-	heartbeat := m.published == nil || since >= m.poll*9/10
+	heartbeat := m.published == nil || since >= every*9/10
 	switch {
 	case heartbeat:
 	case sameReport(last, r):
@@ -310,6 +311,19 @@ func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (publis
 	m.consumed = promote
 	m.wrote(cm, r)
 	return published{wrote: true}, nil
+}
+
+// minHeartbeat bounds how often an unchanged report is written again: a
+// poll interval of milliseconds (tests) must not make a write of every
+// reconcile.
+const minHeartbeat = time.Second
+
+// heartbeat is how often an unchanged report is written again, so that its
+// observedAt tells a running dualca from a stopped one: every poll
+// interval, at most every minHeartbeat. The report says it (pollInterval),
+// for `dualca status` to judge its age by.
+func (m *statusMap) heartbeat() time.Duration {
+	return max(m.poll, minHeartbeat)
 }
 
 // wrote remembers the report just published.

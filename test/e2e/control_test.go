@@ -31,8 +31,9 @@ import (
 // TestOperatorPausesResumesAndPromotesRotations: an operator steers
 // rotations with `dualca pause`, `dualca resume` and `dualca promote` and
 // watches them with `dualca status`, the real commands, run as a user
-// holding one Role alone: get, patch and update of the status ConfigMap,
-// by name; no Secret. dualca runs as the chart's ServiceAccount. A paused
+// holding one Role alone, the chart's operator Role: get, patch and update
+// of the status ConfigMap, by name; no Secret. dualca runs as the chart's
+// ServiceAccount. A paused
 // rotation trusts the new root but renews no client and keeps the server
 // where it is; resumed, it converges; a promoted one switches the server
 // before dualca would have. A pause put on the gateway Secret pauses
@@ -41,12 +42,11 @@ import (
 func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
-	_, sa := s.installChartRBAC(false)
+	operator := "oncall-" + s.ns
+	_, sa := s.installChartRBAC(false, fmt.Sprintf("operatorRole: {subjects: [{kind: User, name: %s, apiGroup: rbac.authorization.k8s.io}]}", operator))
 	o := s.options(false)
 	o.StatusConfigMap = types.NamespacedName{Namespace: s.ns, Name: gatewayName + "-dualca-status"}
-	s.grantStatusConfigMap(sa, o.StatusConfigMap)
-	operator := "oncall-" + s.ns
-	s.grantOperator(operator, o.StatusConfigMap)
+	s.expectOperatorRoleOnTheConfigMapAlone(operator, o.StatusConfigMap)
 	ops := s.operatorClient(operator)
 	cli := s.operatorCLI(operator, o.StatusConfigMap)
 	requests := &apirequest.Log{}
@@ -62,6 +62,7 @@ func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 	s.g.Expect(s.c.Client.Patch(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: gatewayName}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"dualca.io/paused":"true"}}}`)))).To(Succeed())
 	s.g.Eventually(s.annotations).WithTimeout(10*time.Second).ShouldNot(HaveKey(bundle.AnnotationPaused), "dualca removes it")
+	s.expectEvent("Warning " + bundle.ReasonGatewayTampered)
 	s.g.Expect(s.dualca.Gauge("dualca_paused")).To(BeZero())
 	s.g.Expect(s.dualcaEvents()).NotTo(ContainElement("Normal "+bundle.ReasonRotationPaused), "nothing paused")
 
@@ -156,36 +157,33 @@ func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 	s.g.Expect(requestsRefused(requests)).To(BeEmpty(), "the API server refused none of dualca's requests")
 }
 
-// grantStatusConfigMap gives dualca's ServiceAccount sa what it needs of
-// the status ConfigMap key: read, watch and write it by name, and create
-// it. (The chart's Roles grant the same; this keeps the test independent
-// of the chart's version.)
-func (s *scenario) grantStatusConfigMap(sa string, key types.NamespacedName) {
+// expectOperatorRoleOnTheConfigMapAlone: the user name is bound to one
+// Role, the chart's operator Role, which grants get, patch and update of
+// the status ConfigMap key, by name, and nothing else.
+func (s *scenario) expectOperatorRoleOnTheConfigMapAlone(name string, key types.NamespacedName) {
 	s.t.Helper()
-	s.grant("dualca-status-"+sa, key.Namespace, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: s.ns},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{key.Name},
-			Verbs: []string{"get", "list", "watch", "update", "patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}})
-}
-
-// grantOperator gives the user name one Role: get, patch and update of the
-// status ConfigMap key, by name. Nothing else: no Secret.
-func (s *scenario) grantOperator(name string, key types.NamespacedName) {
-	s.t.Helper()
-	s.grant("operator", key.Namespace, rbacv1.Subject{Kind: rbacv1.UserKind, Name: name, APIGroup: rbacv1.GroupName},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{key.Name},
-			Verbs: []string{"get", "patch", "update"}})
-}
-
-// grant creates a Role of rules in ns, and binds it to subject.
-func (s *scenario) grant(name, ns string, subject rbacv1.Subject, rules ...rbacv1.PolicyRule) {
-	s.t.Helper()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: rules}
-	s.g.Expect(s.c.Client.Create(s.ctx, role)).To(Succeed())
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects: []rbacv1.Subject{subject}}
-	s.g.Expect(s.c.Client.Create(s.ctx, binding)).To(Succeed())
+	var bindings rbacv1.RoleBindingList
+	s.g.Expect(s.c.Client.List(s.ctx, &bindings)).To(Succeed())
+	var roles []string
+	for _, b := range bindings.Items {
+		for _, subject := range b.Subjects {
+			if subject.Kind == rbacv1.UserKind && subject.Name == name {
+				roles = append(roles, b.Namespace+"/"+b.RoleRef.Kind+"/"+b.RoleRef.Name)
+			}
+		}
+	}
+	var cluster rbacv1.ClusterRoleBindingList
+	s.g.Expect(s.c.Client.List(s.ctx, &cluster)).To(Succeed())
+	for _, b := range cluster.Items {
+		for _, subject := range b.Subjects {
+			s.g.Expect(subject.Kind == rbacv1.UserKind && subject.Name == name).To(BeFalse(), "no ClusterRole for the operator: %s", b.Name)
+		}
+	}
+	s.g.Expect(roles).To(ConsistOf(HavePrefix(key.Namespace+"/Role/")), "one Role")
+	role := &rbacv1.Role{}
+	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: key.Namespace, Name: roles[0][len(key.Namespace+"/Role/"):]}, role)).To(Succeed())
+	s.g.Expect(role.Rules).To(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{key.Name}, Verbs: []string{"get", "patch", "update"}}), "the status ConfigMap alone")
 }
 
 // operatorClient is a client acting as the user name.
