@@ -373,17 +373,19 @@ func reportJSON(r *Report, withoutProgress bool) []byte {
 }
 
 // controlsChanged lets through the ConfigMap's events that change a
-// control: its creation or deletion with a control set, and an update of
-// AnnotationPaused or AnnotationPromote. dualca's own writes of the status
-// change neither (the removal of a consumed promote does, once, and the
-// reconcile it starts finds nothing to do), so publishing starts no loop.
+// control: its creation with a control set, an update of AnnotationPaused
+// or AnnotationPromote, and its deletion (which lifts any control, and
+// which dualca repairs by publishing again at once). dualca's own writes
+// of the status change neither control (the removal of a consumed promote
+// does, once, and the reconcile it starts finds nothing to do), so
+// publishing starts no loop.
 func controlsChanged() predicate.TypedPredicate[*corev1.ConfigMap] {
 	set := func(cm *corev1.ConfigMap) bool {
 		return cm.Annotations[bundle.AnnotationPaused] != "" || cm.Annotations[bundle.AnnotationPromote] != ""
 	}
 	return predicate.TypedFuncs[*corev1.ConfigMap]{
 		CreateFunc: func(e event.TypedCreateEvent[*corev1.ConfigMap]) bool { return set(e.Object) },
-		DeleteFunc: func(e event.TypedDeleteEvent[*corev1.ConfigMap]) bool { return set(e.Object) },
+		DeleteFunc: func(event.TypedDeleteEvent[*corev1.ConfigMap]) bool { return true },
 		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.ConfigMap]) bool {
 			for _, k := range []string{bundle.AnnotationPaused, bundle.AnnotationPromote} {
 				if e.ObjectOld.Annotations[k] != e.ObjectNew.Annotations[k] {
