@@ -229,14 +229,19 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 	if err != nil {
 		return published{}, fmt.Errorf("encoding the status: %w", err)
 	}
-	if m.read == nil {
-		return m.create(ctx, r, body)
-	}
-	if !promoteKept && m.read.Annotations[bundle.AnnotationPromote] != "" {
+	switch {
+	case m.read == nil:
+		// Missing as last read; created meanwhile (by dualca itself, its
+		// cache not caught up yet): written below as any other.
+		done, err := m.create(ctx, r, body)
+		if !apierrors.IsAlreadyExists(err) {
+			return done, err
+		}
+	case !promoteKept && m.read.Annotations[bundle.AnnotationPromote] != "":
 		return m.consume(ctx, r, body)
 	}
 	last := m.published
-	if last == nil {
+	if last == nil && m.read != nil {
 		last = parseReport(m.read.Data[StatusKey])
 	}
 	since := m.clock.Since(m.publishedAt)
@@ -263,8 +268,7 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 	return published{wrote: true}, nil
 }
 
-// create creates the ConfigMap holding body; if someone created it
-// meanwhile, the next reconcile reads it and publishes there.
+// create creates the ConfigMap holding body.
 func (m *statusMap) create(ctx context.Context, r *Report, body []byte) (published, error) {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: m.key.Namespace, Name: m.key.Name,

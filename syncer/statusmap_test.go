@@ -242,6 +242,19 @@ func TestThePublisherWritesWhatChanged(t *testing.T) {
 	g.Expect(f.get()).NotTo(BeNil())
 }
 
+// TestACacheBehindItsOwnCreateIsNoError: a ConfigMap dualca created, which
+// its cache does not show yet, is written as any other.
+func TestACacheBehindItsOwnCreateIsNoError(t *testing.T) {
+	t.Parallel()
+	rt := newRotation(t)
+	f := newStatusFixture(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "dualca", Name: "gw-dualca-status"}})
+	rep := reportOf(rt.gateway, rt.rootK, rt.renew, rt.r2.Fingerprint, &rt.clients, 0, rt.now)
+	done, err := f.m.publish(f.ctx, rep, true) // read as missing: no controls read
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(done.wrote).To(BeTrue())
+	f.g.Expect(f.published().Phase).To(Equal(string(rt.renew.State.Phase)))
+}
+
 // TestTheControlsComeFromTheConfigMap: the pause and promote annotations
 // of the ConfigMap replace what the gateway said; a promote by the prefix
 // status shows names the current root; a missing ConfigMap is no control.
