@@ -1,9 +1,8 @@
 // Package flags holds dualca's command lines: the Options of the main
-// command and the Status options of `dualca status`, each registering its
-// flags and validating them before anything talks to the cluster, so a typo
-// in a Deployment fails the pod at once instead of half-rotating a CA. Both
-// commands name the root, the gateway and the clients with the same flags,
-// parsed and validated by the same functions.
+// command and those of the operator's commands (control.go), each
+// registering its flags and validating them before anything talks to the
+// cluster, so a typo in a Deployment fails the pod at once instead of
+// half-rotating a CA.
 package flags
 
 import (
@@ -208,56 +207,6 @@ func (o Options) Args() []string {
 		}
 	})
 	return args
-}
-
-// Status is the command line of `dualca status`.
-type Status struct {
-	// Objects are the gateway Secret (required), the root Secret (read and
-	// validated too when given) and the clients (counted when selected).
-	Objects
-	// StalledAfter is how long a rotation may stay in Renewing before the
-	// report calls the renewal stalled.
-	StalledAfter time.Duration
-	// Output is text or json.
-	Output string
-}
-
-// ParseStatus parses the flags of `dualca status` and validates them the
-// way Parse does those the two commands share. It never touches the cluster.
-func ParseStatus(name string, args []string) (Status, error) {
-	s := Status{StalledAfter: time.Hour, Output: "text"}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	s.addSecretFlags(fs, "The root CA Secret, as NAMESPACE/NAME: validated too when given.",
-		"The gateway Secret, as NAMESPACE/NAME. Required.")
-	s.addClientFlags(fs, "Label selector of the client Certificates: counts the clients that need each root.")
-	fs.DurationVar(&s.StalledAfter, "stalled-after", s.StalledAfter, "A rotation renewing clients for longer than this is reported as stalled.")
-	fs.StringVar(&s.Output, "o", s.Output, "Output: text or json.")
-	config.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return s, err
-	}
-	malformed, err := s.parse()
-	errs := []error{err, s.validate(malformed)}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
-	return s, errors.Join(errs...)
-}
-
-// Validate checks the options of `dualca status` and names the flag at fault.
-func (s *Status) Validate() error {
-	return s.validate(nil)
-}
-
-func (s *Status) validate(malformed map[string]bool) error {
-	errs := []error{s.Objects.validate(false, malformed)}
-	if s.Output != "text" && s.Output != "json" {
-		errs = append(errs, fmt.Errorf("-o=%q: want text or json", s.Output))
-	}
-	if s.StalledAfter <= 0 {
-		errs = append(errs, fmt.Errorf("--stalled-after must be positive, got %s", s.StalledAfter))
-	}
-	return errors.Join(errs...)
 }
 
 // syncRaw sets the string flags from the typed options, so that the flags

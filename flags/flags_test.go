@@ -147,50 +147,6 @@ func TestValidateChangesNothing(t *testing.T) {
 	g.Expect(o.Validate()).To(MatchError(ContainSubstring(`namespace "Not_OK"`)))
 }
 
-// TestStatusSharesTheMainCommandsChecks: `dualca status` parses and
-// checks the flags both commands take as the main command does.
-func TestStatusSharesTheMainCommandsChecks(t *testing.T) {
-	tests := map[string]struct {
-		args    []string
-		wantErr string
-		check   func(g *WithT, s Status)
-	}{
-		"the root is optional, clients default to the gateway's namespace": {
-			args: []string{"--gateway-secret=agents/gw", "--client-selector=app=agent"},
-			check: func(g *WithT, s Status) {
-				g.Expect(s.RootSecret.Name).To(BeEmpty())
-				g.Expect(s.ClientNamespaces).To(Equal([]string{"agents"}))
-				g.Expect(s.StalledAfter).To(Equal(time.Hour))
-				g.Expect(s.Output).To(Equal("text"))
-			},
-		},
-		"namespaces are trimmed and taken once": {
-			args:  []string{"--gateway-secret=agents/gw", "--client-selector=app=agent", "--client-namespaces=a, b,a"},
-			check: func(g *WithT, s Status) { g.Expect(s.ClientNamespaces).To(Equal([]string{"a", "b"})) },
-		},
-		"an invalid client namespace is named": {
-			args: []string{"--gateway-secret=agents/gw", "--client-selector=app=agent", "--client-namespaces=ok,Not_OK"}, wantErr: `namespace "Not_OK"`},
-		"a selector that selects everything is refused": {
-			args: []string{"--gateway-secret=agents/gw", "--client-selector= "}, wantErr: "selects everything"},
-		"the gateway is the root": {
-			args: []string{"--gateway-secret=ns/a", "--root-secret=ns/a"}, wantErr: "--gateway-secret must differ from --root-secret"},
-		"a malformed root is named once": {
-			args: []string{"--root-secret=nonsense"}, wantErr: `--root-secret="nonsense": want NAMESPACE/NAME`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			s, err := ParseStatus("dualca status", tc.args)
-			if tc.wantErr != "" {
-				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
-				return
-			}
-			g.Expect(err).NotTo(HaveOccurred())
-			tc.check(g, s)
-		})
-	}
-}
-
 func TestAMalformedKeyIsNotAlsoMissing(t *testing.T) {
 	g := NewWithT(t)
 	_, err := Parse("dualca", []string{"--root-secret=nonsense", "--gateway-secret=ns/gw", "--poll-interval=0s"})
@@ -198,28 +154,4 @@ func TestAMalformedKeyIsNotAlsoMissing(t *testing.T) {
 		ContainSubstring(`--root-secret="nonsense": want NAMESPACE/NAME`),
 		ContainSubstring("--poll-interval must be positive"),
 		Not(ContainSubstring("--root-secret is required")))))
-}
-
-func TestControlNeedsTheGatewayAndNothingElse(t *testing.T) {
-	tests := map[string]struct {
-		args    []string
-		wantErr string
-	}{
-		"the gateway alone":                {args: []string{"--gateway-secret=agents/gw"}},
-		"no gateway":                       {args: []string{}, wantErr: "--gateway-secret is required"},
-		"a stray argument is named":        {args: []string{"--gateway-secret=agents/gw", "now"}, wantErr: `unexpected argument "now"`},
-		"a root secret is not its concern": {args: []string{"--gateway-secret=agents/gw", "--root-secret=a/b"}, wantErr: "flag provided but not defined: -root-secret"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			c, err := ParseControl("dualca pause", "holds the rotation", tc.args)
-			if tc.wantErr != "" {
-				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
-				return
-			}
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(c.GatewaySecret.String()).To(Equal("agents/gw"))
-		})
-	}
 }

@@ -16,19 +16,19 @@ import (
 )
 
 // The operator's controls: `dualca pause`, `dualca resume` and `dualca
-// promote` patch one annotation of the gateway Secret, which the running
-// dualca obeys at its next reconcile (the Secret's own watch event starts
-// it). They patch metadata only, so they never race dualca's writes of the
-// Secret's data: the API server applies the patch to whatever version is
-// current, and dualca's next update, made from a read, carries it along.
+// promote` patch one annotation of the status ConfigMap (statusmap.go),
+// which the running dualca watches and obeys at once. They need get and
+// patch of that one ConfigMap, and nothing on any Secret. They patch
+// metadata only, so they never race dualca's publishing, which writes the
+// data: the API server applies the patch to whatever version is current.
 
 // ErrNothingToPromote is returned by Promote when the server already
-// presents the current root, or dualca has not recorded one.
+// presents the current root, or dualca has not published one.
 var ErrNothingToPromote = errors.New("nothing to promote")
 
-// Pause sets (paused) or removes the pause annotation of the gateway
-// Secret at key, and returns the Secret as patched.
-func Pause(ctx context.Context, c typedcorev1.SecretsGetter, key types.NamespacedName, paused bool) (*corev1.Secret, error) {
+// Pause sets (paused) or removes the pause annotation of the status
+// ConfigMap at key, and returns the ConfigMap as patched.
+func Pause(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.NamespacedName, paused bool) (*corev1.ConfigMap, error) {
 	var value any // nil: a JSON merge patch removes the annotation
 	if paused {
 		value = bundle.PausedTrue
@@ -37,33 +37,68 @@ func Pause(ctx context.Context, c typedcorev1.SecretsGetter, key types.Namespace
 }
 
 // Promote asks dualca to switch the server to the current root now. It
-// names the root by the fingerprint the gateway Secret records, and the
-// patch carries the resourceVersion it was read at: if the Secret changed
-// meanwhile (a newer root), the patch fails with a conflict instead of
-// promoting a root the operator did not see. It returns the fingerprint.
-func Promote(ctx context.Context, c typedcorev1.SecretsGetter, key types.NamespacedName) (string, error) {
-	gw, err := c.Secrets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+// names the root by the fingerprint prefix of the current root in the
+// status dualca published, and the patch carries the resourceVersion it
+// was read at: if dualca published meanwhile (a newer root, say), the patch
+// fails with a conflict instead of promoting a root the operator did not
+// see. It returns the prefix.
+func Promote(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.NamespacedName) (string, error) {
+	cm, err := c.ConfigMaps(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("reading gateway secret %s: %w", key, err)
+		return "", fmt.Errorf("reading status configmap %s: %w", key, err)
 	}
-	st := bundle.ParseState(gw.Annotations)
-	switch {
-	case st.Strategy != bundle.StrategyZeroDowntime:
-		return "", fmt.Errorf("%w: gateway secret %s is not run by the zero-downtime strategy (strategy %q)", ErrNothingToPromote, key, st.Strategy)
-	case st.Root == "":
-		return "", fmt.Errorf("%w: gateway secret %s records no current root", ErrNothingToPromote, key)
-	case st.Server == st.Root:
-		return "", fmt.Errorf("%w: the server already presents the current root %s", ErrNothingToPromote, bundle.Short(st.Root))
+	r := parseReport(cm.Data[StatusKey])
+	if r == nil {
+		return "", fmt.Errorf("%w: configmap %s holds no status dualca published", ErrNothingToPromote, key)
 	}
-	if _, err := patchAnnotations(ctx, c, key, gw.ResourceVersion, map[string]any{bundle.AnnotationPromote: st.Root}); err != nil {
+	current, err := promotable(r)
+	if err != nil {
 		return "", err
 	}
-	return st.Root, nil
+	if _, err := patchAnnotations(ctx, c, key, cm.ResourceVersion, map[string]any{bundle.AnnotationPromote: current}); err != nil {
+		return "", err
+	}
+	return current, nil
+}
+
+// promotable is the fingerprint prefix of the current root of r, when a
+// promote can switch the server to it.
+func promotable(r *Report) (string, error) {
+	if r.Strategy != bundle.StrategyZeroDowntime {
+		return "", fmt.Errorf("%w: gateway %s is not run by the zero-downtime strategy (strategy %q)", ErrNothingToPromote, r.Gateway, r.Strategy)
+	}
+	var current *BundleRoot
+	for i, b := range r.Roots {
+		if b.Current {
+			if current != nil {
+				return "", fmt.Errorf("%w: the status names two current roots, %s and %s", ErrNothingToPromote, current.Fingerprint, b.Fingerprint)
+			}
+			current = &r.Roots[i]
+		}
+	}
+	switch {
+	case current == nil:
+		return "", fmt.Errorf("%w: the status of gateway %s names no current root", ErrNothingToPromote, r.Gateway)
+	case len(current.Fingerprint) != promotePrefix || !isHex(current.Fingerprint):
+		return "", fmt.Errorf("the status names the current root %q, not a fingerprint prefix", current.Fingerprint)
+	case current.Server:
+		return "", fmt.Errorf("%w: the server already presents the current root %s", ErrNothingToPromote, current.Fingerprint)
+	}
+	return current.Fingerprint, nil
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // patchAnnotations applies a JSON merge patch of annotations to the
-// Secret at key, at resourceVersion rv when rv is not "".
-func patchAnnotations(ctx context.Context, c typedcorev1.SecretsGetter, key types.NamespacedName, rv string, annotations map[string]any) (*corev1.Secret, error) {
+// ConfigMap at key, at resourceVersion rv when rv is not "".
+func patchAnnotations(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.NamespacedName, rv string, annotations map[string]any) (*corev1.ConfigMap, error) {
 	meta := map[string]any{"annotations": annotations}
 	if rv != "" {
 		meta["resourceVersion"] = rv
@@ -72,12 +107,14 @@ func patchAnnotations(ctx context.Context, c typedcorev1.SecretsGetter, key type
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch: %w", err)
 	}
-	s, err := c.Secrets(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, body, metav1.PatchOptions{})
-	if err != nil {
-		if apierrors.IsConflict(err) {
-			return nil, fmt.Errorf("gateway secret %s changed while it was read (a new root?): run the command again: %w", key, err)
-		}
-		return nil, fmt.Errorf("patching gateway secret %s: %w", key, err)
+	cm, err := c.ConfigMaps(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		return nil, fmt.Errorf("status configmap %s changed while it was read (dualca published a new status): run the command again: %w", key, err)
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("status configmap %s not found: dualca has not published there (is it running, with --status-configmap=%s?): %w", key, key, err)
+	case err != nil:
+		return nil, fmt.Errorf("patching status configmap %s: %w", key, err)
 	}
-	return s, nil
+	return cm, nil
 }

@@ -155,6 +155,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		poll:       o.PollInterval,
 		key:        o.GatewaySecret,
 	}
+	r.status = newStatusMapOf(mgr, o, c)
 	if c.clients != nil {
 		r.clients = (&clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}).watched()
 		r.renewer = newRenewer(strategy, o)

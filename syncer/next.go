@@ -10,12 +10,12 @@ import (
 	"github.com/dualca/dualca/bundle"
 )
 
-// What `dualca status` says comes next. It is never worked out apart: the
-// report runs bundle.Plan on the Secrets as they are, with the timings
-// dualca recorded on the gateway Secret (AnnotationTimings), and shows the
-// decision's Upcoming moments. So status needs what Plan needs: the root
-// Secret (--root-secret) and, when dualca tracks clients, the same client
-// selector and namespaces.
+// What `dualca status` says comes next. It is never worked out apart: it
+// is the Upcoming moments of the very decision dualca acted on, which
+// dualca publishes with the rest of its status (statusmap.go). Status,
+// which reads the Secrets instead, runs bundle.Plan on them with the
+// timings dualca recorded (AnnotationTimings), so it needs what Plan
+// needs: the root Secret and, when dualca tracks clients, the clients.
 
 // Next is what comes next in a rotation, and when.
 type Next struct {
@@ -63,14 +63,26 @@ func next(gw bundle.Gateway, root *bundle.Root, clients *bundle.Clients, now tim
 		cs = *clients
 	}
 	d := bundle.Plan(gw, root, cs, st.Timings, now)
-	n := &Next{}
+	n := nextOf(d, root.Fingerprint)
 	for _, e := range d.Events {
 		n.DueNow = append(n.DueNow, e.Reason+": "+e.Message)
 	}
+	return n
+}
+
+// nextOf is what comes next after the decision d, made with the usable
+// root of fingerprint rootFP: its Upcoming moments and the summary line. Not its events: dualca
+// publishes a decision once it has acted on it, so only a report made
+// without dualca (Status) shows them as due now.
+func nextOf(d bundle.Decision, rootFP string) *Next {
+	if d.State.Strategy == bundle.StrategyLegacy {
+		return &Next{Summary: "legacy strategy: the gateway copies the root Secret as soon as it changes; nothing is scheduled"}
+	}
+	n := &Next{}
 	for _, m := range d.Upcoming {
 		n.Upcoming = append(n.Upcoming, Upcoming{At: m.At, Step: m.Step, Root: bundle.Short(m.Root), What: describeStep(m, d.State)})
 	}
-	n.Summary = summary(d, root)
+	n.Summary = summary(d, rootFP)
 	return n
 }
 
@@ -104,8 +116,8 @@ func describeStep(m bundle.Moment, st bundle.State) string {
 }
 
 // summary is the one line of Next: the phase, what holds it, and when the
-// next step is due.
-func summary(d bundle.Decision, root *bundle.Root) string {
+// next step is due. rootFP is the current root's fingerprint.
+func summary(d bundle.Decision, rootFP string) string {
 	st := d.State
 	at := func(step bundle.Step) string {
 		if i := slices.IndexFunc(d.Upcoming, func(m bundle.Moment) bool { return m.Step == step }); i >= 0 {
@@ -113,7 +125,7 @@ func summary(d bundle.Decision, root *bundle.Root) string {
 		}
 		return ""
 	}
-	rootName := bundle.Short(root.Fingerprint)
+	rootName := bundle.Short(rootFP)
 	var parts []string
 	if paused, _ := bundle.PauseRequested(st.Paused); paused {
 		parts = append(parts, "paused: no client is renewed and the server does not switch until dualca resume")
@@ -172,7 +184,7 @@ func renewingSummary(st bundle.State, rootName string, at func(bundle.Step) stri
 	return line
 }
 
-// addControls reports the operator's controls found on the gateway Secret.
+// addControls reports the operator's controls as dualca obeys them.
 func (r *Report) addControls(st bundle.State) {
 	paused, valid := bundle.PauseRequested(st.Paused)
 	r.Paused = paused

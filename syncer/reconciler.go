@@ -22,7 +22,8 @@ type Reconciler struct {
 	clients  *clientTracker // nil when no client selector is configured
 	strategy Strategy
 	report   *reporter
-	renewer  *renewer // nil when no client selector is configured
+	renewer  *renewer   // nil when no client selector is configured
+	status   *statusMap // the status ConfigMap: controls in, report out
 	ready    *readiness
 	clock    clock.PassiveClock
 	poll     time.Duration
@@ -67,6 +68,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	now := r.clock.Now()
 	if err != nil {
 		r.report.failed(err, p.rootFP, now)
+		r.publishInvalidRoot(ctx, err)
 		return reconcile.Result{}, err
 	}
 	r.report.synced(ctx, p, now)
@@ -78,7 +80,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			r.report.renewalsQueued(p.written.secret, n, p.decision)
 		}
 	}
-	return reconcile.Result{RequeueAfter: r.requeueAfter(p)}, nil
+	statusWait := r.publishStatus(ctx, p, now)
+	return reconcile.Result{RequeueAfter: sooner(r.requeueAfter(p), statusWait)}, nil
 }
 
 // attempt is one pass of root → gateway → clients → plan → write; a
@@ -93,6 +96,9 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	r.report.rootSeen(root.Fingerprint, r.clock.Now())
 	gateway, err := r.store.readGateway(ctx, gatewayFrom)
 	if err != nil {
+		return p, err
+	}
+	if err := r.withControls(ctx, &gateway.state, root); err != nil {
 		return p, err
 	}
 	if r.clients != nil {

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +13,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 )
 
-// StatusOptions say what `dualca status` looks at.
+// StatusOptions say what Status looks at: the Secrets themselves, for a
+// tool that holds them (the demo). `dualca status` reads the status dualca
+// publishes instead (ReadStatus), which needs no Secret.
 type StatusOptions struct {
 	GatewaySecret types.NamespacedName
 	// RootSecret, when set, is read and validated too.
@@ -34,8 +39,9 @@ type StatusOptions struct {
 	StalledAfter time.Duration
 }
 
-// Report is what `dualca status` shows. It holds fingerprint prefixes,
-// subjects and dates, never certificate bytes.
+// Report is what `dualca status` shows, and what dualca publishes in its
+// status ConfigMap (see statusmap.go). It holds fingerprint prefixes,
+// subjects and dates, never certificate or key bytes.
 type Report struct {
 	Gateway     string           `json:"gateway"`
 	Strategy    string           `json:"strategy"`
@@ -56,6 +62,15 @@ type Report struct {
 	Next *Next `json:"next,omitempty"`
 	// Attention lists what needs an operator; empty when all is well.
 	Attention []string `json:"attention"`
+	// ObservedAt is when dualca last published the report, by its clock;
+	// PollInterval is how often it publishes at the latest. Both are nil
+	// or "" in a report made from the Secrets (Status).
+	ObservedAt   *time.Time `json:"observedAt,omitempty"`
+	PollInterval string     `json:"pollInterval,omitempty"`
+
+	// age is how old ObservedAt was when the report was read (ReadStatus);
+	// 0 when unknown. Text output shows it.
+	age time.Duration
 }
 
 // RootStatus is the root Secret as dualca would read it.
@@ -117,8 +132,14 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		}
 		clients = &cs
 	}
-	r.addRoots(gw, st, clients, now)
-	r.addClientAttention(st, o.StalledAfter, now)
+	roots, _ := bundle.ParseCertificates(caKey, gw.Data[caKey])
+	r.addRoots(roots, st, clients, now)
+	if clients != nil {
+		p := bundle.CountProgress(*clients, bundle.Find(roots, st.Root), now)
+		r.Clients = &p
+	}
+	r.addFailedClients()
+	r.addStalled(o.StalledAfter, now)
 	r.Next = next(gatewayOf(gw, nil), root, clients, now)
 	return r, nil
 }
@@ -156,10 +177,9 @@ func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.Namesp
 	return usable, nil
 }
 
-// addRoots reports the roots of the gateway's ca.crt and, when clients
-// were read, how many need each and the client progress they make.
-func (r *Report) addRoots(gw *corev1.Secret, st bundle.State, clients *bundle.Clients, now time.Time) {
-	roots, _ := bundle.ParseCertificates(caKey, gw.Data[caKey])
+// addRoots reports roots, the gateway's ca.crt, and, when clients were
+// read, how many need each.
+func (r *Report) addRoots(roots []*x509.Certificate, st bundle.State, clients *bundle.Clients, now time.Time) {
 	for _, root := range roots {
 		fp := bundle.Fingerprint(root)
 		br := BundleRoot{Fingerprint: bundle.Short(fp), Subject: root.Subject.String(), NotAfter: root.NotAfter.UTC(),
@@ -170,19 +190,19 @@ func (r *Report) addRoots(gw *corev1.Secret, st bundle.State, clients *bundle.Cl
 		}
 		r.Roots = append(r.Roots, br)
 	}
-	if clients != nil {
-		p := bundle.CountProgress(*clients, bundle.Find(roots, st.Root), now)
-		r.Clients = &p
-	}
 }
 
-// addClientAttention says when client renewal needs an operator: clients
-// that failed, or a rotation renewing for longer than stalledAfter.
-func (r *Report) addClientAttention(st bundle.State, stalledAfter time.Duration, now time.Time) {
+// addFailedClients says when clients failed to renew.
+func (r *Report) addFailedClients() {
 	if r.Clients != nil && r.Clients.Failed > 0 {
 		r.Attention = append(r.Attention, fmt.Sprintf("%d clients failed to renew: see their Certificates' conditions", r.Clients.Failed))
 	}
-	if st.Phase == bundle.PhaseRenewing && r.RootAddedAt != nil && stalledAfter > 0 && now.Sub(*r.RootAddedAt) > stalledAfter {
+}
+
+// addStalled says when the rotation has been renewing clients for longer
+// than stalledAfter (0: never).
+func (r *Report) addStalled(stalledAfter time.Duration, now time.Time) {
+	if r.Phase == string(bundle.PhaseRenewing) && r.RootAddedAt != nil && stalledAfter > 0 && now.Sub(*r.RootAddedAt) > stalledAfter {
 		r.Attention = append(r.Attention, fmt.Sprintf("client renewal stalled: renewing for %s (more than %s)",
 			now.Sub(*r.RootAddedAt).Round(time.Second), stalledAfter))
 	}
@@ -202,7 +222,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	// results of the single writes are p's to check.
 	p := &printer{w: w}
 	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", r.Gateway)
+	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", dash(r.Gateway))
 	_, _ = fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
 	phase := dash(r.Phase)
 	if r.RootAddedAt != nil && r.Phase != "" && r.Phase != string(bundle.PhaseSteady) {
@@ -221,6 +241,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	r.writeControls(tw)
 	r.Next.writeText(tw)
+	if r.ObservedAt != nil {
+		ago := ""
+		if r.age > 0 {
+			ago = " (" + r.age.Round(time.Second).String() + " ago)"
+		}
+		_, _ = fmt.Fprintf(tw, "observed\t%s%s\n", r.ObservedAt.UTC().Format(time.RFC3339), ago)
+	}
 	_ = tw.Flush() // its errors are p's, kept in p.err
 	_, _ = fmt.Fprintln(p)
 	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
@@ -286,4 +313,78 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// staleAfterPolls is how many of dualca's poll intervals a published
+// report may age before `dualca status` says dualca stopped publishing:
+// dualca publishes at every poll at the latest.
+const staleAfterPolls = 3
+
+// defaultPollInterval is the poll interval a report that names none is
+// taken to have been published at (flags.Defaults).
+const defaultPollInterval = 5 * time.Minute
+
+// ReadStatus is `dualca status`: the report dualca last published in the
+// status ConfigMap at key, and what needs attention as of now: a report
+// older than staleAfterPolls poll intervals, or none (dualca is not
+// running, or cannot write there), a rotation renewing for longer than
+// stalledAfter (0: never), a control set but not obeyed yet. It reads that
+// one ConfigMap and nothing else: no Secret.
+func ReadStatus(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.NamespacedName, stalledAfter time.Duration, now time.Time) (*Report, error) {
+	cm, err := c.ConfigMaps(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return &Report{Roots: []BundleRoot{}, Attention: []string{"dualca has not published status to configmap " + key.String() + ": is it running?"}}, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading status configmap %s: %w", key, err)
+	}
+	r := parseReport(cm.Data[StatusKey])
+	if r == nil {
+		return &Report{Roots: []BundleRoot{}, Attention: []string{"configmap " + key.String() + " holds no status dualca published (no readable " + StatusKey + "): is it running?"}}, nil
+	}
+	if r.Roots == nil {
+		r.Roots = []BundleRoot{}
+	}
+	if r.Attention == nil {
+		r.Attention = []string{}
+	}
+	r.addStale(now)
+	r.addStalled(stalledAfter, now)
+	r.addPendingControls(cm.Annotations)
+	return r, nil
+}
+
+// addStale says when the report is older than staleAfterPolls poll
+// intervals: dualca stopped publishing, and what it says may be past.
+func (r *Report) addStale(now time.Time) {
+	if r.ObservedAt == nil {
+		r.Attention = append(r.Attention, "the status carries no observedAt: it was not published by this dualca")
+		return
+	}
+	r.age = max(now.Sub(*r.ObservedAt), 0)
+	poll, err := time.ParseDuration(r.PollInterval)
+	if err != nil || poll <= 0 {
+		poll = defaultPollInterval
+	}
+	if limit := staleAfterPolls * poll; r.age > limit {
+		r.Attention = append(r.Attention, fmt.Sprintf("status published %s ago, more than %d poll intervals (%s): is dualca running, and leading?",
+			r.age.Round(time.Second), staleAfterPolls, poll))
+	}
+}
+
+// addPendingControls says when the ConfigMap's controls (annotations) ask
+// for what the published report does not show obeyed yet.
+func (r *Report) addPendingControls(annotations map[string]string) {
+	paused, _ := bundle.PauseRequested(annotations[bundle.AnnotationPaused])
+	if paused != r.Paused {
+		want := "resume"
+		if paused {
+			want = "pause"
+		}
+		r.Attention = append(r.Attention, "a "+want+" is requested ("+bundle.AnnotationPaused+"="+
+			fmt.Sprintf("%q", annotations[bundle.AnnotationPaused])+") that dualca has not obeyed yet")
+	}
+	if p := annotations[bundle.AnnotationPromote]; p != "" && r.Promote == "" {
+		r.Attention = append(r.Attention, "a promote to root "+bundle.Short(p)+" is requested that dualca has not acted on yet")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -22,11 +23,13 @@ import (
 )
 
 // caches are the syncer's caches, each added to the manager: one per
-// Secret it follows, restricted by a field selector to that one object, so
-// memory does not grow with the Secrets of the cluster, and the client
-// cache (nil when clients are not tracked).
+// Secret it follows and one for the status ConfigMap, restricted by a
+// field selector to that one object, so memory does not grow with the
+// objects of the cluster, and the client cache (nil when clients are not
+// tracked).
 type caches struct {
 	root, gateway, clients cache.Cache
+	status                 cache.Cache
 }
 
 // newCaches creates the caches and adds them to mgr.
@@ -44,6 +47,9 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 			return c, fmt.Errorf("adding cache for secret %s: %w", one.key, err)
 		}
 		*one.to = sc
+	}
+	if err := c.addStatus(mgr, o); err != nil {
+		return c, err
 	}
 	if o.ClientSelector == nil {
 		return c, nil
@@ -90,6 +96,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 					return o.GetNamespace() == one.key.Namespace && o.GetName() == one.key.Name
 				}), one.more))
 		}
+	}
+	if watch {
+		b = r.watchStatus(b, c.status)
 	}
 	if c.clients != nil {
 		// Every client change may move a rotation on: one work item again,
@@ -141,7 +150,35 @@ func (r *Reconciler) request() reconcile.Request {
 	return reconcile.Request{NamespacedName: r.key}
 }
 
-// singleObjectCache returns a cache that lists and watches exactly one Secret.
+// addStatus adds the status ConfigMap's single-object cache to mgr.
+func (c *caches) addStatus(mgr ctrl.Manager, o Options) error {
+	key := o.StatusConfigMap
+	sc, err := singleObjectCache(mgr, key)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(sc); err != nil {
+		return fmt.Errorf("adding cache for configmap %s: %w", key, err)
+	}
+	c.status = sc
+	return nil
+}
+
+// watchStatus reconciles when an operator changes a control on the status
+// ConfigMap (controlsChanged), not when dualca publishes.
+func (r *Reconciler) watchStatus(b *builder.TypedBuilder[reconcile.Request], sc cache.Cache) *builder.TypedBuilder[reconcile.Request] {
+	if r.status == nil || sc == nil {
+		return b
+	}
+	key := r.status.key
+	return b.WatchesRawSource(source.Kind(sc, &corev1.ConfigMap{}, oneWorkItem[*corev1.ConfigMap](r.request()),
+		predicate.NewTypedPredicateFuncs(func(o *corev1.ConfigMap) bool {
+			return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
+		}), controlsChanged()))
+}
+
+// singleObjectCache returns a cache that lists and watches exactly one
+// object of each kind read through it: a Secret, or the status ConfigMap.
 func singleObjectCache(mgr ctrl.Manager, key types.NamespacedName) (cache.Cache, error) {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient:           mgr.GetHTTPClient(),
@@ -151,7 +188,7 @@ func singleObjectCache(mgr ctrl.Manager, key types.NamespacedName) (cache.Cache,
 		DefaultFieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating cache for secret %s: %w", key, err)
+		return nil, fmt.Errorf("creating cache for %s: %w", key, err)
 	}
 	return c, nil
 }

@@ -25,13 +25,15 @@ and rotates the root without cutting off a single client.
 
 Usage:
   dualca [run] [flags]     run the controller (the default command); its flags are below
-  dualca status [flags]    show the roots in the gateway's bundle, the phase and client
-                           renewals, what comes next and when; exit 1 when something needs
-                           attention (status --help)
+  dualca status [flags]    show the status dualca publishes in its status ConfigMap: the roots
+                           in the gateway's bundle, the phase and client renewals, what comes
+                           next and when; exit 1 when something needs attention (status --help)
   dualca pause [flags]     hold a rotation: no client renewal, no server switch (unless its
                            root is about to expire) until resume (pause --help)
   dualca resume [flags]    let a paused rotation go on
   dualca promote [flags]   switch the server to the current root now, clients pending or not
+                           (status, pause, resume and promote read and annotate the status
+                           ConfigMap alone, --status-configmap: no Secret, the operator Role)
   dualca version           print the version, the source commit and the Go version
   dualca help              print this help
 

@@ -94,12 +94,13 @@ func TestStatusChecksItsFlagsFirst(t *testing.T) {
 		args []string
 		want string
 	}{
-		"no gateway secret":      {[]string{}, "--gateway-secret is required"},
-		"a malformed gateway":    {[]string{"--gateway-secret=gw"}, `want NAMESPACE/NAME`},
-		"a malformed root":       {[]string{"--gateway-secret=ns/gw", "--root-secret=Root/x"}, `namespace "Root"`},
-		"a bad selector":         {[]string{"--gateway-secret=ns/gw", "--client-selector=a in (b"}, "--client-selector"},
-		"an unknown output":      {[]string{"--gateway-secret=ns/gw", "-o=yaml"}, `-o="yaml": want text or json`},
-		"a zero stall threshold": {[]string{"--gateway-secret=ns/gw", "--stalled-after=0s"}, "--stalled-after must be positive"},
+		"no configmap":              {[]string{}, "--status-configmap is required"},
+		"a malformed configmap":     {[]string{"--status-configmap=gw"}, `want NAMESPACE/NAME`},
+		"a malformed gateway":       {[]string{"--gateway-secret=Root/x"}, `namespace "Root"`},
+		"a root secret, not needed": {[]string{"--gateway-secret=ns/gw", "--root-secret=ns/root"}, "--root-secret is no longer needed"},
+		"a selector, not needed":    {[]string{"--gateway-secret=ns/gw", "--client-selector=a=b"}, "--client-selector is no longer needed"},
+		"an unknown output":         {[]string{"--gateway-secret=ns/gw", "-o=yaml"}, `-o="yaml": want text or json`},
+		"a zero stall threshold":    {[]string{"--gateway-secret=ns/gw", "--stalled-after=0s"}, "--stalled-after must be positive"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -123,10 +124,11 @@ func TestStatusChecksItsFlagsFirst(t *testing.T) {
 	})
 }
 
-// TestStatusReportsAMissingGatewayAsNeedingAttention goes through the whole
-// command against an API server that has no such Secret: the report says
-// so and the exit code is 1, in text and in JSON.
-func TestStatusReportsAMissingGatewayAsNeedingAttention(t *testing.T) {
+// TestStatusReportsAMissingConfigMapAsNeedingAttention goes through the
+// whole command against an API server that has no status ConfigMap: the
+// report says dualca has not published (is it running?) and the exit
+// code is 1, in text and in JSON.
+func TestStatusReportsAMissingConfigMapAsNeedingAttention(t *testing.T) {
 	g := NewWithT(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -139,11 +141,11 @@ func TestStatusReportsAMissingGatewayAsNeedingAttention(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--gateway-secret=agents/gw"}, &stdout, &stderr)
 	g.Expect(code).To(Equal(statusAttention), stderr.String())
-	g.Expect(stdout.String()).To(ContainSubstring("attention: gateway secret agents/gw does not exist"))
+	g.Expect(stdout.String()).To(ContainSubstring("attention: dualca has not published status to configmap agents/gw-dualca-status: is it running?"))
 
 	stdout.Reset()
-	code = status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--gateway-secret=agents/gw", "-o=json"}, &stdout, &stderr)
+	code = status(context.Background(), []string{"--kubeconfig=" + kubeconfig, "--status-configmap=dualca/gw-status", "-o=json"}, &stdout, &stderr)
 	g.Expect(code).To(Equal(statusAttention))
 	g.Expect(stdout.String()).To(ContainSubstring(`"attention": [`))
-	g.Expect(stdout.String()).To(ContainSubstring(`"gateway": "agents/gw"`))
+	g.Expect(stdout.String()).To(ContainSubstring("configmap dualca/gw-status"))
 }

@@ -8,9 +8,6 @@ import (
 	"io"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 )
@@ -18,11 +15,12 @@ import (
 // Exit codes of `dualca status`: it works as a check.
 const (
 	statusOK        = 0
-	statusAttention = 1 // something needs an operator: invalid root, failed or stalled renewal, gateway behind
-	statusError     = 2 // bad flags, or the cluster could not be read
+	statusAttention = 1 // something needs an operator: invalid root, failed or stalled renewal, no or stale status
+	statusError     = 2 // bad flags, or the status ConfigMap could not be read
 )
 
-// status runs `dualca status`: flags first, then reads, then prints.
+// status runs `dualca status`: flags first, then one read of the status
+// ConfigMap, then prints.
 func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// fail reports why the command could not do its job. If stderr cannot
 	// be written either, the exit code is all that is left to say it.
@@ -37,19 +35,11 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("invalid flags:", err)
 	}
-	restCfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fail("loading kubeconfig:", err)
-	}
-	scheme, err := syncer.Scheme()
+	c, err := controlClient()
 	if err != nil {
 		return fail(err)
 	}
-	c, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fail(err)
-	}
-	report, err := syncer.Status(ctx, c, statusOptions(f), time.Now())
+	report, err := syncer.ReadStatus(ctx, c.CoreV1(), f.StatusConfigMap, f.StalledAfter, time.Now())
 	if err != nil {
 		return fail(err)
 	}
@@ -65,10 +55,4 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusAttention
 	}
 	return statusOK
-}
-
-// statusOptions are what `dualca status` looks at, from its command line.
-func statusOptions(f flags.Status) syncer.StatusOptions {
-	return syncer.StatusOptions{GatewaySecret: f.GatewaySecret, RootSecret: f.RootSecret,
-		ClientSelector: f.ClientSelector, ClientNamespaces: f.ClientNamespaces, StalledAfter: f.StalledAfter}
 }

@@ -5,6 +5,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/dualca/dualca/syncer"
 )
 
 // What the supported Kubernetes versions could do differently, pinned where
@@ -42,6 +44,8 @@ func TestEveryCacheFillsThroughAStreamingList(t *testing.T) {
 			"secrets " + s.gateway.Name: true,
 			"certificates ":             true, // by label
 			"secrets ":                  true, // the client Secrets, by label
+			"configmaps " + syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway)).Name: true, // the status
+
 		}), "each cache streamed its initial list")
 	}).Should(Succeed())
 }

@@ -1,0 +1,466 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// The status ConfigMap (--status-configmap) is dualca's public face, the
+// one object an operator needs: dualca publishes there, under StatusKey,
+// the Report of the decision it last acted on (public material only:
+// fingerprint prefixes, subjects, dates, counts), and takes the operator's
+// controls from its annotations, AnnotationPaused and AnnotationPromote.
+// `dualca status`, pause, resume and promote read and patch that one
+// ConfigMap, so the operator's Role needs no Secret at all, and the
+// gateway Secret's annotations are no input of a decision any more: a
+// pause set there pauses nothing.
+//
+// A promote is one-shot: once a decision has consumed it (switched to the
+// root, or ignored it), dualca removes it from the ConfigMap with an update
+// at the version it read it from, so an operator's newer write is never
+// lost.
+
+// StatusKey is the status ConfigMap's data key holding the Report, JSON.
+const StatusKey = "status.json"
+
+// promotePrefix is the shortest promote a root is named by: the prefix
+// `dualca status` shows (bundle.Short).
+const promotePrefix = 12
+
+// statusMap reads the controls from the status ConfigMap and publishes the
+// reports there. Reconciles run one at a time, so it needs no lock.
+type statusMap struct {
+	key              types.NamespacedName
+	gateway, rootKey types.NamespacedName
+	api              client.Reader // uncached
+	// cache is the ConfigMap's single-object cache, read between polls;
+	// nil when watches are disabled.
+	cache  client.Reader
+	writer client.Writer
+	clock  clock.PassiveClock
+	poll   time.Duration
+
+	// lastPoll is when the ConfigMap was last read from the API server.
+	lastPoll time.Time
+	// read is the ConfigMap as controls last found it; nil when missing.
+	read *corev1.ConfigMap
+	// consumed is the promote dualca last removed: a cache still showing
+	// it is read again from the API server, so that the removal is not
+	// taken for a new promote.
+	consumed string
+	// published is the report last written, and when.
+	published   *Report
+	publishedAt time.Time
+}
+
+// newStatusMapOf is the status map of the manager's reconciler: the API
+// reader (the manager's client would cache every ConfigMap of the
+// cluster), and the single-object cache unless watches are disabled.
+func newStatusMapOf(mgr ctrl.Manager, o Options, c caches) *statusMap {
+	var cached client.Reader
+	if !o.DisableWatches && c.status != nil {
+		cached = c.status
+	}
+	return newStatusMap(o, mgr.GetAPIReader(), cached, mgr.GetClient())
+}
+
+// newStatusMap is the publisher of the options' status ConfigMap.
+func newStatusMap(o Options, api client.Reader, cache client.Reader, writer client.Writer) *statusMap {
+	return &statusMap{key: o.StatusConfigMap, gateway: o.GatewaySecret, rootKey: o.RootSecret, api: api, cache: cache,
+		writer: writer, clock: o.Clock, poll: o.PollInterval}
+}
+
+// controls reads the operator's controls: the pause and promote
+// annotations of the ConfigMap as found; "" each when it is missing. The
+// poll reads from the API server, as the gateway's store does; between
+// polls the cache, whose events started the reconcile.
+func (m *statusMap) controls(ctx context.Context) (paused, promote string, err error) {
+	from := m.cache
+	if from == nil || m.clock.Since(m.lastPoll) >= m.poll*9/10 {
+		from, m.lastPoll = m.api, m.clock.Now()
+	}
+	cm := &corev1.ConfigMap{}
+	err = from.Get(ctx, m.key, cm)
+	if err == nil && from != m.api && m.consumed != "" && cm.Annotations[bundle.AnnotationPromote] == m.consumed {
+		cm = &corev1.ConfigMap{}
+		err = m.api.Get(ctx, m.key, cm)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		m.read = nil
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("reading status configmap %s: %w", m.key, err)
+	}
+	m.read = cm
+	if cm.Annotations[bundle.AnnotationPromote] != m.consumed {
+		m.consumed = ""
+	}
+	return cm.Annotations[bundle.AnnotationPaused], cm.Annotations[bundle.AnnotationPromote], nil
+}
+
+// overlay puts the controls into st, the state a decision starts from, in
+// place of whatever the gateway Secret said. A promote naming the current
+// root by a prefix (`dualca promote` writes the 12 characters status
+// shows) is taken for its whole fingerprint; any other is passed on as
+// found, for the decision to ignore with a PromoteIgnored Warning.
+func (m *statusMap) overlay(ctx context.Context, st *bundle.State, root *bundle.Root) error {
+	paused, promote, err := m.controls(ctx)
+	if err != nil {
+		return err
+	}
+	st.Paused, st.Promote = paused, promote
+	if p := strings.ToLower(promote); root != nil && len(p) >= promotePrefix && strings.HasPrefix(root.Fingerprint, p) {
+		st.Promote = root.Fingerprint
+	}
+	return nil
+}
+
+// reportOf is the report of the decision d, which the root of fingerprint
+// rootFP (usable, read from rootKey; "" when none was) and the clients (nil
+// when not tracked) made for gateway.
+// It reads no Secret: everything comes from the decision. stalledAfter > 0
+// adds the stalled-renewal attention as of now; dualca publishes with 0,
+// and `dualca status` applies its own.
+func reportOf(gateway, rootKey types.NamespacedName, d bundle.Decision, rootFP string, clients *bundle.Clients,
+	stalledAfter time.Duration, now time.Time) *Report {
+	st := d.State
+	r := &Report{Gateway: gateway.String(), Strategy: st.Strategy, Phase: string(st.Phase), Clients: st.Clients,
+		Roots: []BundleRoot{}, Attention: []string{}}
+	if !st.RootAddedAt.IsZero() {
+		at := st.RootAddedAt
+		r.RootAddedAt = &at
+	}
+	if !st.SwitchedAt.IsZero() {
+		at := st.SwitchedAt
+		r.SwitchedAt = &at
+	}
+	if rootFP != "" {
+		r.Root = &RootStatus{Secret: rootKey.String(), Valid: true, Fingerprint: bundle.Short(rootFP)}
+	}
+	r.addControls(st)
+	roots := d.Roots
+	if roots == nil {
+		roots, _ = bundle.ParseCertificates(caKey, d.CAPEM)
+	}
+	if clients != nil && !clients.Tracked {
+		clients = nil
+	}
+	r.addRoots(roots, st, clients, now)
+	r.addFailedClients()
+	r.addStalled(stalledAfter, now)
+	if rootFP != "" {
+		r.Next = nextOf(d, rootFP)
+	}
+	return r
+}
+
+// invalidRootReport is the last report with the root Secret invalid for
+// reason: the gateway is left as it was, so the rest of the report holds.
+func invalidRootReport(last *Report, gateway, rootKey types.NamespacedName, reason string) *Report {
+	r := &Report{Gateway: gateway.String(), Roots: []BundleRoot{}}
+	if last != nil {
+		r = last.copy()
+	}
+	r.Root = &RootStatus{Secret: rootKey.String(), Reason: reason}
+	attention := []string{}
+	for _, a := range r.Attention {
+		if !strings.HasPrefix(a, invalidRootAttention) {
+			attention = append(attention, a)
+		}
+	}
+	r.Attention = append(attention, invalidRootAttention+reason)
+	r.Next = &Next{Unknown: "the root Secret is not usable: dualca leaves the gateway Secret as it is until it is"}
+	return r
+}
+
+const invalidRootAttention = "invalid root: "
+
+// copy is a deep copy of r.
+func (r *Report) copy() *Report {
+	b, err := json.Marshal(r)
+	out := &Report{}
+	if err != nil || json.Unmarshal(b, out) != nil {
+		return &Report{Gateway: r.Gateway, Roots: []BundleRoot{}, Attention: []string{}}
+	}
+	out.age = r.age
+	return out
+}
+
+// published is what a publish did.
+type published struct {
+	wrote bool
+	// deferred is how long a change of the client progress alone waits
+	// before it is written; 0 when nothing waits.
+	deferred time.Duration
+}
+
+// publish writes r to the ConfigMap, creating it when it is missing, and
+// removes a promote the decision consumed (consumed: the decision's state
+// carries none). It writes only what changed, as the gateway store does: a
+// report that differs from the last one published in its observedAt alone
+// is written once a poll interval has passed (so that status can tell a
+// dualca that stopped publishing), and one that differs in the client
+// progress alone at most every progressEvery.
+func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (published, error) {
+	now := m.clock.Now()
+	every := m.heartbeat()
+	r.ObservedAt, r.PollInterval = &now, every.String()
+	body, err := json.Marshal(r)
+	if err != nil {
+		return published{}, fmt.Errorf("encoding the status: %w", err)
+	}
+	switch {
+	case m.read == nil:
+		// Missing as last read; created meanwhile (by dualca itself, its
+		// cache not caught up yet): written below as any other.
+		done, err := m.create(ctx, r, body)
+		if !apierrors.IsAlreadyExists(err) {
+			return done, err
+		}
+	case !promoteKept && m.read.Annotations[bundle.AnnotationPromote] != "":
+		return m.consume(ctx, r, body)
+	}
+	last := m.published
+	if last == nil && m.read != nil {
+		last = parseReport(m.read.Data[StatusKey])
+	}
+	since := m.clock.Since(m.publishedAt)
+	heartbeat := m.published == nil || since >= every*9/10
+	switch {
+	case heartbeat:
+	case sameReport(last, r):
+		return published{}, nil
+	case progressOnlyReport(last, r) && since < progressEvery:
+		return published{deferred: progressEvery - since}, nil
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]string{StatusKey: string(body)}})
+	if err != nil {
+		return published{}, fmt.Errorf("encoding the status: %w", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: m.key.Namespace, Name: m.key.Name}}
+	if err := m.writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return m.create(ctx, r, body)
+		}
+		return published{}, fmt.Errorf("publishing status to configmap %s: %w", m.key, err)
+	}
+	m.wrote(cm, r)
+	return published{wrote: true}, nil
+}
+
+// create creates the ConfigMap holding body.
+func (m *statusMap) create(ctx context.Context, r *Report, body []byte) (published, error) {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.key.Namespace, Name: m.key.Name,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "dualca"}},
+		Data: map[string]string{StatusKey: string(body)},
+	}
+	if err := m.writer.Create(ctx, cm); err != nil {
+		return published{}, fmt.Errorf("creating status configmap %s: %w", m.key, err)
+	}
+	m.wrote(cm, r)
+	return published{wrote: true}, nil
+}
+
+// consume writes body and removes the promote the decision consumed, in
+// one update at the version the promote was read at. On a conflict it
+// reads the ConfigMap again: a promote the operator changed meanwhile is a
+// new one, and stays.
+func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (published, error) {
+	promote := m.read.Annotations[bundle.AnnotationPromote]
+	cm := m.read.DeepCopy()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if cm == nil {
+			cm = &corev1.ConfigMap{}
+			if err := m.api.Get(ctx, m.key, cm); err != nil {
+				return err
+			}
+		}
+		if cm.Annotations[bundle.AnnotationPromote] == promote {
+			delete(cm.Annotations, bundle.AnnotationPromote)
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[StatusKey] = string(body)
+		err := m.writer.Update(ctx, cm)
+		if apierrors.IsConflict(err) {
+			cm = nil
+		}
+		return err
+	})
+	if err != nil {
+		return published{}, fmt.Errorf("removing the consumed promote from configmap %s: %w", m.key, client.IgnoreNotFound(err))
+	}
+	m.consumed = promote
+	m.wrote(cm, r)
+	return published{wrote: true}, nil
+}
+
+// minHeartbeat bounds how often an unchanged report is written again: a
+// poll interval of milliseconds (tests) must not make a write of every
+// reconcile.
+const minHeartbeat = time.Second
+
+// heartbeat is how often an unchanged report is written again, so that its
+// observedAt tells a running dualca from a stopped one: every poll
+// interval, at most every minHeartbeat. The report says it (pollInterval),
+// for `dualca status` to judge its age by.
+func (m *statusMap) heartbeat() time.Duration {
+	return max(m.poll, minHeartbeat)
+}
+
+// wrote remembers the report just published.
+func (m *statusMap) wrote(cm *corev1.ConfigMap, r *Report) {
+	m.read, m.published, m.publishedAt = cm, r, m.clock.Now()
+}
+
+// parseReport is the report a ConfigMap holds; nil when none can be read.
+func parseReport(b string) *Report {
+	if b == "" {
+		return nil
+	}
+	r := &Report{}
+	if json.Unmarshal([]byte(b), r) != nil {
+		return nil
+	}
+	return r
+}
+
+// sameReport reports whether a and b say the same, when published apart.
+func sameReport(a, b *Report) bool {
+	return a != nil && b != nil && bytes.Equal(reportJSON(a, false), reportJSON(b, false))
+}
+
+// progressOnlyReport reports whether a and b differ in the client progress
+// alone: the counts, and the summary line that tells them.
+func progressOnlyReport(a, b *Report) bool {
+	return a != nil && b != nil && bytes.Equal(reportJSON(a, true), reportJSON(b, true))
+}
+
+// reportJSON is r without what changes at every publish (observedAt) and,
+// withoutProgress, without the client counts.
+func reportJSON(r *Report, withoutProgress bool) []byte {
+	c := r.copy()
+	c.ObservedAt, c.PollInterval = nil, ""
+	if withoutProgress {
+		c.Clients = nil
+		for i := range c.Roots {
+			c.Roots[i].Clients = nil
+		}
+		if c.Next != nil {
+			c.Next.Summary = ""
+		}
+	}
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// controlsChanged lets through the ConfigMap's events that change a
+// control: its creation with a control set, an update of AnnotationPaused
+// or AnnotationPromote, and its deletion (which lifts any control, and
+// which dualca repairs by publishing again at once). dualca's own writes
+// of the status change neither control (the removal of a consumed promote
+// does, once, and the reconcile it starts finds nothing to do), so
+// publishing starts no loop.
+func controlsChanged() predicate.TypedPredicate[*corev1.ConfigMap] {
+	set := func(cm *corev1.ConfigMap) bool {
+		return cm.Annotations[bundle.AnnotationPaused] != "" || cm.Annotations[bundle.AnnotationPromote] != ""
+	}
+	return predicate.TypedFuncs[*corev1.ConfigMap]{
+		CreateFunc: func(e event.TypedCreateEvent[*corev1.ConfigMap]) bool { return set(e.Object) },
+		DeleteFunc: func(event.TypedDeleteEvent[*corev1.ConfigMap]) bool { return true },
+		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.ConfigMap]) bool {
+			for _, k := range []string{bundle.AnnotationPaused, bundle.AnnotationPromote} {
+				if e.ObjectOld.Annotations[k] != e.ObjectNew.Annotations[k] {
+					return true
+				}
+			}
+			return false
+		},
+		GenericFunc: func(event.TypedGenericEvent[*corev1.ConfigMap]) bool { return false },
+	}
+}
+
+// The reconciler's hooks. Each is a no-op without a status map (tests
+// that build a Reconciler by hand).
+
+// withControls replaces the controls of the state gw starts from with the
+// status ConfigMap's.
+func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root *bundle.Root) error {
+	if r.status == nil {
+		return nil
+	}
+	return r.status.overlay(ctx, &gw.State, root)
+}
+
+// publishStatus publishes the report of a reconcile that brought the
+// gateway in step, and returns how soon a deferred publish wants the next
+// reconcile (0: no sooner than otherwise). A failure is logged and tried
+// again at the next reconcile: the status never holds the gateway back.
+func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
+	if r.status == nil || p.rootFP == "" {
+		return 0
+	}
+	var clients *bundle.Clients
+	if r.clients != nil {
+		clients = &p.clients
+	}
+	rep := reportOf(r.status.gateway, r.status.rootKey, p.decision, p.rootFP, clients, 0, now)
+	done, err := r.status.publish(ctx, rep, p.decision.State.Promote != "")
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "publishing status")
+		return 0
+	}
+	return done.deferred
+}
+
+// publishInvalidRoot publishes that the root Secret is not usable, when err
+// says so.
+func (r *Reconciler) publishInvalidRoot(ctx context.Context, err error) {
+	var invalid *bundle.InvalidError
+	if r.status == nil || !errors.As(err, &invalid) {
+		return
+	}
+	m := r.status
+	if _, _, err := m.controls(ctx); err != nil {
+		logf.FromContext(ctx).Error(err, "publishing status")
+		return
+	}
+	last := m.published
+	if last == nil && m.read != nil {
+		last = parseReport(m.read.Data[StatusKey])
+	}
+	rep := invalidRootReport(last, m.gateway, m.rootKey, invalid.Error())
+	if _, err := m.publish(ctx, rep, true); err != nil {
+		logf.FromContext(ctx).Error(err, "publishing status")
+	}
+}
+
+// sooner is after, or wait when that is sooner and not 0.
+func sooner(after, wait time.Duration) time.Duration {
+	if wait > 0 {
+		return min(after, wait)
+	}
+	return after
+}
