@@ -283,9 +283,10 @@ func (m *statusMap) create(ctx context.Context, r *Report, body []byte) (publish
 }
 
 // consume writes body and removes the promote the decision consumed, in
-// one update at the version the promote was read at. On a conflict it
-// reads the ConfigMap again: a promote the operator changed meanwhile is a
-// new one, and stays.
+// one merge patch at the version the promote was read at (its
+// resourceVersion makes it fail on a conflict, as an update would, and
+// dualca needs no update right). On a conflict it reads the ConfigMap
+// again: a promote the operator changed meanwhile is a new one, and stays.
 func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (published, error) {
 	promote := m.read.Annotations[bundle.AnnotationPromote]
 	cm := m.read.DeepCopy()
@@ -296,14 +297,15 @@ func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (publis
 				return err
 			}
 		}
+		meta := map[string]any{"resourceVersion": cm.ResourceVersion}
 		if cm.Annotations[bundle.AnnotationPromote] == promote {
-			delete(cm.Annotations, bundle.AnnotationPromote)
+			meta["annotations"] = map[string]any{bundle.AnnotationPromote: nil}
 		}
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
+		patch, err := json.Marshal(map[string]any{"metadata": meta, "data": map[string]string{StatusKey: string(body)}})
+		if err != nil {
+			return err
 		}
-		cm.Data[StatusKey] = string(body)
-		err := m.writer.Update(ctx, cm)
+		err = m.writer.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
 		if apierrors.IsConflict(err) {
 			cm = nil
 		}

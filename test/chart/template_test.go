@@ -64,7 +64,7 @@ var (
 	// and their creates, which the admission policy pins.
 	releaseRules = []rbacv1.PolicyRule{
 		secretsNamed("agents-gateway-credential-dualca-state", "get", "update"),
-		configMapsNamed("agents-gateway-credential-dualca-status", "get", "list", "watch", "update", "patch"),
+		configMapsNamed("agents-gateway-credential-dualca-status", "get", "list", "watch", "patch"),
 		rule("", "configmaps", "create"),
 		rule("", "secrets", "create"),
 	}
