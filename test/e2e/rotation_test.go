@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
 )
 
 // TestZeroDowntimeRotationsFailNoHandshake: three forced rotations at random
@@ -260,8 +261,11 @@ func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
 			s.g.Expect(err).NotTo(HaveOccurred())
 			s.g.Expect(sel.Matches(labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"})).To(BeTrue(), "%s", r)
 			s.g.Expect(sel.Matches(labels.Set{})).To(BeFalse(), "%s: Secrets cert-manager wrote only", r)
+		case "configmaps":
+			s.g.Expect(r.Name).To(Equal(syncer.DefaultStatusConfigMap(types.NamespacedName{Namespace: s.ns, Name: gatewayName},
+				types.NamespacedName{Namespace: s.ns}).Name), "%s: the status ConfigMap by name, for the operator's controls", r)
 		default:
-			s.g.Expect(r.Resource).To(BeElementOf("certificates", "secrets"), "%s: nothing else is cached", r)
+			s.g.Expect(r.Resource).To(BeElementOf("certificates", "secrets", "configmaps"), "%s: nothing else is cached", r)
 		}
 		cached[r.Verb+" "+r.Resource] = true
 	}
