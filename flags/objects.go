@@ -4,13 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/dualca/dualca/syncer"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/dualca/dualca/syncer"
 )
 
 // Objects names what dualca looks at: the root Secret, the gateway Secret
