@@ -2,48 +2,28 @@ package syncer
 
 import (
 	"bytes"
-	"crypto/x509"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
 )
 
 // TestNextSaysWhatPlanDecides: the next step of `dualca status` during a
 // rotation, from Plan's moments, for people and for scripts.
 func TestNextSaysWhatPlanDecides(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
-	timings := bundle.Timings{TrustPropagationDelay: time.Minute, ServerSwitchGrace: time.Hour}
-	ca1 := certs.MustNew(t, "root-1", now.Add(-2*time.Hour), now.Add(48*time.Hour), certs.Options{IsCA: true}, nil)
-	ca2 := certs.MustNew(t, "root-2", now.Add(-time.Hour), now.Add(72*time.Hour), certs.Options{IsCA: true}, nil)
-	root := func(ca *certs.CA) *bundle.Root {
-		r, err := bundle.ValidateRoot(ca.CertPEM, ca.KeyPEM, ca.CertPEM, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	leaf, _, _, err := ca1.Leaf("agent", now.Add(-time.Hour), now.Add(24*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clients := bundle.Clients{Tracked: true, Items: []bundle.Client{{Name: "ns/agent", Leaf: leaf, CA: []*x509.Certificate{ca1.Cert}}}}
-	written := func(d bundle.Decision) bundle.Gateway {
-		return bundle.Gateway{Exists: true, CertPEM: d.CertPEM, KeyPEM: d.KeyPEM, CAPEM: d.CAPEM, State: bundle.ParseState(d.State.Annotations()), Known: d.Known}
-	}
-	steady := written(bundle.Plan(bundle.Gateway{}, root(ca1), clients, timings, now.Add(-time.Hour)))
-	rotating := written(bundle.Plan(steady, root(ca2), clients, timings, now.Add(-5*time.Minute)))
+	r := newRotation(t)
+	now, timings, clients, rotating := r.now, r.timings, r.clients, r.rotating
+	steady := writtenGateway(r.steady)
 	with := func(gw bundle.Gateway, k, v string) bundle.Gateway {
 		a := gw.State.Annotations()
 		a[k] = v
 		gw.State = bundle.ParseState(a)
 		return gw
 	}
-	r2 := bundle.Short(root(ca2).Fingerprint)
+	r2 := bundle.Short(r.r2.Fingerprint)
 
 	tests := map[string]struct {
 		gw      bundle.Gateway
@@ -55,34 +35,34 @@ func TestNextSaysWhatPlanDecides(t *testing.T) {
 		dueNow  string
 	}{
 		"renewing: who is pending, and the switches to come": {
-			gw: rotating, root: root(ca2), clients: &clients,
+			gw: rotating, root: r.r2, clients: &clients,
 			summary: "renewing: 1 clients pending; server switch when they are on " + r2 + " for 1m0s, or at 2026-11-24T10:55:00Z (grace); next check 2026-11-24T10:55:00Z (switch-grace)",
 			first:   bundle.StepSwitchGrace,
 		},
 		"paused: what holds, and the one switch that cannot wait": {
-			gw: with(with(rotating, bundle.AnnotationPaused, "true"), bundle.AnnotationPausedAt, "2026-11-24T09:58:00Z"), root: root(ca2), clients: &clients,
+			gw: with(with(rotating, bundle.AnnotationPaused, "true"), bundle.AnnotationPausedAt, "2026-11-24T09:58:00Z"), root: r.r2, clients: &clients,
 			summary: "paused: no client is renewed and the server does not switch until dualca resume; server switch forced at 2026-11-26T09:54:01Z (server root expiry margin)",
 			first:   bundle.StepLeafExpiry,
 		},
 		"promoted in phase Bundle: when it takes effect": {
-			gw: with(written(bundle.Plan(steady, root(ca2), clients, timings, now.Add(-10*time.Second))), bundle.AnnotationPromote, root(ca2).Fingerprint), root: root(ca2), clients: &clients,
+			gw: with(writtenGateway(bundle.Plan(steady, r.r2, clients, timings, now.Add(-10*time.Second))), bundle.AnnotationPromote, r.r2.Fingerprint), root: r.r2, clients: &clients,
 			summary: "bundle: the gateway loads root " + r2 + "; client renewals start at 2026-11-24T10:00:50Z; next check 2026-11-24T10:00:50Z (renewals-start)",
 			first:   bundle.StepRenewalsStart,
 		},
 		"steady": {
-			gw: steady, root: root(ca1), clients: &clients,
-			summary: "steady: root " + bundle.Short(root(ca1).Fingerprint) + " alone; nothing due; next check 2026-11-25T10:00:01Z (leaf-expiry)",
+			gw: steady, root: r.r1, clients: &clients,
+			summary: "steady: root " + bundle.Short(r.r1.Fingerprint) + " alone; nothing due; next check 2026-11-25T10:00:01Z (leaf-expiry)",
 			first:   bundle.StepLeafExpiry,
 		},
 		"a pause dualca has not obeyed yet is due now": {
-			gw: with(rotating, bundle.AnnotationPaused, "true"), root: root(ca2), clients: &clients,
+			gw: with(rotating, bundle.AnnotationPaused, "true"), root: r.r2, clients: &clients,
 			summary: "paused: no client is renewed and the server does not switch until dualca resume; server switch forced at 2026-11-26T09:54:01Z (server root expiry margin)",
 			dueNow:  bundle.ReasonRotationPaused + ": rotation paused by the operator",
 		},
 		"without the root, unknown":             {gw: rotating, clients: &clients, unknown: "give --root-secret"},
-		"tracked clients not read, unknown":     {gw: rotating, root: root(ca2), unknown: "give --client-selector"},
-		"timings not recorded, unknown":         {gw: with(rotating, bundle.AnnotationTimings, "garbage"), root: root(ca2), clients: &clients, unknown: "records no timings"},
-		"the legacy strategy schedules nothing": {gw: with(rotating, bundle.AnnotationStrategy, bundle.StrategyLegacy), root: root(ca2), summary: "legacy strategy: the gateway copies the root Secret as soon as it changes; nothing is scheduled"},
+		"tracked clients not read, unknown":     {gw: rotating, root: r.r2, unknown: "give --client-selector"},
+		"timings not recorded, unknown":         {gw: with(rotating, bundle.AnnotationTimings, "garbage"), root: r.r2, clients: &clients, unknown: "records no timings"},
+		"the legacy strategy schedules nothing": {gw: with(rotating, bundle.AnnotationStrategy, bundle.StrategyLegacy), root: r.r2, summary: "legacy strategy: the gateway copies the root Secret as soon as it changes; nothing is scheduled"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
