@@ -44,8 +44,8 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is where /healthz and /readyz are served ("0" disables).
 	HealthProbeBindAddress string
-	// LeaderElect turns on leader election; a sidecar next to a single gateway
-	// does not need it, a Deployment with several replicas does.
+	// LeaderElect turns on leader election: needed by a Deployment with
+	// several replicas, and by a sidecar, whose replicas are the gateway's.
 	LeaderElect bool
 	// LeaderElectionNamespace is where the election Lease lives (default: the
 	// gateway Secret's namespace).
@@ -101,7 +101,7 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress,
 		`Address of the /healthz and /readyz endpoints; "0" disables them.`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect,
-		"Enable leader election, for more than one replica. Off for a sidecar.")
+		"Enable leader election, for more than one replica; a sidecar needs it too (its replicas are the gateway's).")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the gateway Secret's namespace).")
 }
