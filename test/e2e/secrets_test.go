@@ -77,6 +77,31 @@ func (s *scenario) expectNoSecretMaterial() (fragments, scanned int) {
 	for _, e := range core.Items {
 		haystack.WriteString(e.Message + "\n" + e.Reason + "\n")
 	}
+	// The status dualca publishes (the operator reads it with no Secret
+	// access), and what dualca writes in the metadata of its Secrets (the
+	// gateway's and its record's annotations: digests and fingerprints).
+	var configMaps corev1.ConfigMapList
+	s.g.Expect(s.c.Client.List(s.ctx, &configMaps, client.InNamespace(s.ns),
+		client.MatchingLabels{"app.kubernetes.io/managed-by": "dualca"})).To(Succeed())
+	published := 0
+	for _, cm := range configMaps.Items {
+		for k, v := range cm.Data {
+			haystack.WriteString(k + "\n" + v + "\n")
+			published++
+		}
+		for k, v := range cm.Annotations {
+			haystack.WriteString(k + "=" + v + "\n")
+		}
+	}
+	s.g.Expect(published).To(BeNumerically(">", 0), "dualca published a status to search")
+	for _, sec := range secrets.Items {
+		for k, v := range sec.Annotations {
+			haystack.WriteString(k + "=" + v + "\n")
+		}
+		for k, v := range sec.Labels {
+			haystack.WriteString(k + "=" + v + "\n")
+		}
+	}
 	families, err := metrics.Registry.Gather()
 	s.g.Expect(err).NotTo(HaveOccurred())
 	for _, f := range families {
