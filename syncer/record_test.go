@@ -1,0 +1,95 @@
+package syncer
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/legacy"
+)
+
+// gatewayFor is the gateway Secret the store writes for d, with another
+// controller's annotation on it.
+func gatewayFor(d bundle.Decision) *corev1.Secret {
+	s := (&gatewayStore{gatewayKey: types.NamespacedName{Namespace: "agents", Name: "gw"}}).desired(nil, d)
+	s.Annotations["example.com/owner"] = "platform-team"
+	return s
+}
+
+// TestTheRecordTellsTamperingFromItsOwnWrites: a gateway Secret is
+// tampered with when what dualca owns in it (type, tls.crt, tls.key,
+// ca.crt, dualca.io/ annotations) differs from the record, and is not
+// when it is the gateway the record describes, or the one that record
+// replaced (dualca stopped between writing its record and the gateway).
+// What differs is named, never shown.
+func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := newRotation(t)
+	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
+	before := gatewayFor(r.steady)
+	rec.last = rec.desired(before, r.steady, r.r1)
+	after := gatewayFor(r.renew)
+	next := rec.desired(after, r.renew, r.r2)
+
+	g.Expect(tampered(before, rec.last)).To(BeEmpty(), "the gateway the record describes")
+	g.Expect(tampered(after, next)).To(BeEmpty(), "the gateway the new record describes")
+	g.Expect(tampered(before, next)).To(BeEmpty(), "the gateway the new record replaced: written before a crash, the gateway not yet")
+	g.Expect(tampered(nil, next)).To(BeEmpty(), "a deleted gateway is restored, not tampered with")
+
+	other := after.DeepCopy()
+	other.Annotations["example.com/owner"] = "someone-else"
+	other.Labels = map[string]string{"app": "gateway"}
+	g.Expect(tampered(other, next)).To(BeEmpty(), "other controllers' metadata is theirs")
+
+	for name, tc := range map[string]struct {
+		edit func(*corev1.Secret)
+		want string
+	}{
+		"ca.crt":             {func(s *corev1.Secret) { s.Data[caKey] = append(s.Data[caKey], '\n') }, "ca.crt"},
+		"tls.key":            {func(s *corev1.Secret) { s.Data[corev1.TLSPrivateKeyKey] = []byte("x") }, "tls.key"},
+		"a state annotation": {func(s *corev1.Secret) { s.Annotations[bundle.AnnotationServer] = "00" }, bundle.AnnotationServer},
+		"a new control":      {func(s *corev1.Secret) { s.Annotations[bundle.AnnotationPaused] = "true" }, bundle.AnnotationPaused},
+		"a removed one":      {func(s *corev1.Secret) { delete(s.Annotations, bundle.AnnotationStrategy) }, bundle.AnnotationStrategy},
+	} {
+		edited := after.DeepCopy()
+		tc.edit(edited)
+		g.Expect(tampered(edited, next)).To(Equal(tc.want), name)
+	}
+}
+
+// TestTheRecordNeverHoldsARootsKey: under the legacy strategy the gateway's
+// tls.key is the root's own; the record keeps its digest only, and takes
+// the key back from the gateway Secret only while it is the one dualca
+// wrote there.
+func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := newRotation(t)
+	d := legacy.Plan(bundle.Gateway{}, r.r1, r.clients, r.now)
+	gw := gatewayFor(d)
+	rec := (&record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}).desired(gw, d, r.r1)
+
+	g.Expect(rec.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey))
+	for k, v := range rec.Data {
+		g.Expect(string(v)).NotTo(ContainSubstring("PRIVATE KEY"), "record key %s", k)
+	}
+	g.Expect(rec.Type).To(Equal(corev1.SecretTypeOpaque))
+	g.Expect(gatewayOfRecord(rec, gw, nil).KeyPEM).To(Equal(r.r1.KeyPEM), "the key dualca wrote, from the gateway Secret")
+
+	changed := gw.DeepCopy()
+	changed.Data[corev1.TLSPrivateKeyKey] = r.r2.KeyPEM
+	g.Expect(gatewayOfRecord(rec, changed, nil).KeyPEM).To(BeEmpty(), "another key is not taken back")
+	g.Expect(gatewayOfRecord(rec, nil, nil).KeyPEM).To(BeEmpty(), "nor from a deleted gateway")
+	g.Expect(tampered(changed, rec)).To(Equal("tls.key"))
+
+	// The zero-downtime strategy's tls.key is the server leaf's, never a root's.
+	z := (&record{}).desired(gatewayFor(r.renew), r.renew, r.r2)
+	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).To(Equal(r.renew.KeyPEM))
+	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r1.KeyPEM))
+	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r2.KeyPEM))
+	g.Expect(gatewayOfRecord(z, nil, nil).Known).To(HaveLen(len(r.renew.Known)), "the roots read from the root Secret come back")
+}
