@@ -31,10 +31,12 @@ import (
 // remembers. A gateway that differs from the record is written again from
 // it, with a GatewayTampered Warning.
 //
-// The record is written before the gateway. A crash between the two
-// leaves a record one write ahead of the gateway: the record keeps the
-// digest of the gateway it replaced (previousDigest), so that gateway is
-// brought up to date without a false alarm.
+// The record is written before the gateway. A crash between the two, or
+// gateway writes refused for a while (a policy, an outage) while the
+// decisions go on, leave the record ahead of the gateway: the record keeps
+// the digest of the last gateway dualca found as it meant it
+// (previousDigest), so that gateway is brought up to date without a false
+// alarm.
 
 const (
 	// recordRoots is the record's key for the roots read from the root
@@ -81,9 +83,9 @@ func (r *record) read(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 }
 
 // write makes the record describe gateway, the Secret about to be written
-// for d; nothing when it does already.
-func (r *record) write(ctx context.Context, gateway *corev1.Secret, d bundle.Decision, root *bundle.Root) error {
-	desired := r.desired(gateway, d, root)
+// for d in place of found (nil when absent); nothing when it does already.
+func (r *record) write(ctx context.Context, gateway, found *corev1.Secret, d bundle.Decision, root *bundle.Root) error {
+	desired := r.desired(gateway, found, d, root)
 	if r.last != nil && maps.Equal(r.last.Annotations, desired.Annotations) && dataEqual(r.last.Data, desired.Data) {
 		return nil
 	}
@@ -108,7 +110,12 @@ func (r *record) write(ctx context.Context, gateway *corev1.Secret, d bundle.Dec
 	return nil
 }
 
-func (r *record) desired(gateway *corev1.Secret, d bundle.Decision, root *bundle.Root) *corev1.Secret {
+// desired is the record describing gateway. Its previous digest is that of
+// found when found is a gateway dualca meant (the record's, or the one
+// before), else the record's own: the gateway a failed write leaves in
+// place is never taken for tampering, however many decisions pass before
+// a write succeeds.
+func (r *record) desired(gateway, found *corev1.Secret, d bundle.Decision, root *bundle.Root) *corev1.Secret {
 	desired := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "dualca"}},
@@ -118,13 +125,17 @@ func (r *record) desired(gateway *corev1.Secret, d bundle.Decision, root *bundle
 	if r.last != nil {
 		desired = r.last.DeepCopy()
 		previous = r.last.Annotations[annotationDigest]
+		if found != nil && tampered(found, r.last) == "" {
+			previous = gatewayDigest(found)
+		}
 	}
 	desired.Annotations = d.State.Annotations()
 	digest := gatewayDigest(gateway)
 	desired.Annotations[annotationDigest] = digest
-	if previous != "" && previous != digest {
+	switch {
+	case previous != "" && previous != digest:
 		desired.Annotations[annotationPreviousDigest] = previous
-	} else if r.last != nil && r.last.Annotations[annotationPreviousDigest] != "" {
+	case r.last != nil && r.last.Annotations[annotationPreviousDigest] != "":
 		desired.Annotations[annotationPreviousDigest] = r.last.Annotations[annotationPreviousDigest]
 	}
 	desired.Data = map[string][]byte{

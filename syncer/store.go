@@ -228,7 +228,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			return written{secret: read.secret, deferred: wait}, nil
 		}
 	}
-	if err := s.record.write(ctx, desired, d, root); err != nil {
+	if err := s.record.write(ctx, desired, read.secret, d, root); err != nil {
 		return written{}, err
 	}
 	if read.secret == nil {
