@@ -64,6 +64,21 @@ type record struct {
 	// (or it was never read: loaded).
 	last   *corev1.Secret
 	loaded bool
+	// rootsPEM and roots are roots.pem as last parsed: the same
+	// certificates, at the same addresses, at every reconcile until it
+	// changes, so the decisions' caches see them once.
+	rootsPEM []byte
+	roots    []*x509.Certificate
+}
+
+// known returns the roots rec remembers as read from the root Secret,
+// parsed once per content.
+func (r *record) known(rec *corev1.Secret) []*x509.Certificate {
+	data := rec.Data[recordRoots]
+	if !bytes.Equal(data, r.rootsPEM) || r.roots == nil {
+		r.rootsPEM, r.roots = bytes.Clone(data), parseCerts(data)
+	}
+	return r.roots
 }
 
 // read returns the record, from the API server when fresh or never read.
@@ -155,14 +170,14 @@ func (r *record) desired(gateway, found *corev1.Secret, d bundle.Decision, root 
 // record describes it, and the roots read from the root Secret. Where the
 // record holds a digest for tls.key (a root's key), the key is the gateway
 // Secret's if it has that digest, else there is none.
-func gatewayOfRecord(rec, gateway *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
+func gatewayOfRecord(rec, gateway *corev1.Secret, known []*x509.Certificate, parsed *bundle.Parsed) bundle.Gateway {
 	gw := bundle.Gateway{
 		Exists:  true,
 		CertPEM: rec.Data[corev1.TLSCertKey],
 		KeyPEM:  rec.Data[corev1.TLSPrivateKeyKey],
 		CAPEM:   rec.Data[caKey],
 		State:   bundle.ParseState(rec.Annotations),
-		Known:   parseCerts(rec.Data[recordRoots]),
+		Known:   known,
 		Parsed:  parsed,
 	}
 	if digest := rec.Annotations[annotationKeyDigest]; digest != "" {

@@ -161,7 +161,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gat
 	read := gatewayRead{secret: obj, tampered: tampered(obj, rec)}
 	switch {
 	case rec != nil:
-		read.state = gatewayOfRecord(rec, obj, s.parsed)
+		read.state = gatewayOfRecord(rec, obj, s.record.known(rec), s.parsed)
 	case obj != nil:
 		read.state = adoptedGateway(obj, s.parsed)
 	}

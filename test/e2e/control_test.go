@@ -102,10 +102,13 @@ func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 	s.g.Eventually(func(g Gomega) {
 		resumed := cli.status(g)
 		g.Expect(resumed.Paused).To(BeFalse())
-		g.Expect(resumed.Clients.Renewed).To(BeNumerically(">", 0))
-		g.Expect(resumed.Clients.Pending).To(BeNumerically(">", 0))
-		g.Expect(resumed.Next.Summary).To(MatchRegexp(`^renewing: \d+ clients pending; server switch when they are on %s for 1s, or at \S+ \(grace\)`,
-			bundle.Short(bundle.Fingerprint(r2))))
+		g.Expect(resumed.Clients.Renewed).To(BeNumerically(">", 0), "renewals started")
+		// The published progress is paced (5 s): a fast fan-out may be
+		// seen done already; while clients are pending, it says so.
+		if resumed.Clients.Pending > 0 {
+			g.Expect(resumed.Next.Summary).To(MatchRegexp(`^renewing: \d+ clients pending; server switch when they are on %s for 1s, or at \S+ \(grace\)`,
+				bundle.Short(bundle.Fingerprint(r2))))
+		}
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	s.logCLIStatus(cli, "resumed")
 	s.converged(r2, false, 60*time.Second)
