@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/issuance"
 )
 
 // TestALostGatewayIsRestoredFromTheRecord: the gateway Secret is deleted
@@ -43,7 +45,7 @@ func TestALostGatewayIsRestoredFromTheRecord(t *testing.T) {
 	s.putRoot(r2)
 	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationPhase, string(bundle.PhaseRenewing))))
 	// cert-manager moved one client to the new root; two are still on the old.
-	s.putClientData("agent-0", s.issueClient(r2))
+	s.reissueClient("agent-0", s.issueClient(r2))
 
 	d.Stop()
 	s.g.Expect(k8s.Delete(context.Background(), s.gatewaySecret())).To(Succeed())
@@ -61,14 +63,15 @@ func TestALostGatewayIsRestoredFromTheRecord(t *testing.T) {
 	s.g.Consistently(s.view, time.Second).Should(HaveField("Roots", HaveLen(2)))
 }
 
-// putClientData replaces the data of a client's Secret, as cert-manager
-// does when it re-issues it.
-func (s *setup) putClientData(name string, data map[string][]byte) {
+// reissueClient issues the client's Certificate again with data (tls.crt,
+// tls.key, ca.crt), as cert-manager does when it renews it: a request of the
+// next revision, the Secret, the Certificate's revision.
+func (s *setup) reissueClient(name string, data map[string][]byte) {
 	s.t.Helper()
-	sec := &corev1.Secret{}
-	s.g.Expect(k8s.Get(context.Background(), types.NamespacedName{Namespace: s.ns, Name: name}, sec)).To(Succeed())
-	sec.Data = data
-	s.g.Expect(k8s.Update(context.Background(), sec)).To(Succeed())
+	ctx := context.Background()
+	crt := &cmapi.Certificate{}
+	s.g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: name}, crt)).To(Succeed())
+	s.g.Expect(issuance.Issue(ctx, k8s, crt, data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data["ca.crt"])).To(Succeed())
 }
 
 func fingerprints(cs []*x509.Certificate) []string {

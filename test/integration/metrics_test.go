@@ -25,12 +25,13 @@ import (
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/issuance"
 	dualcarun "github.com/dualca/dualca/test/run"
 )
 
 // TestMetricsFollowARotation scrapes dualca's real metrics endpoint across
-// a rotation, with client Certificates and their Secrets in place (written
-// by hand: no cert-manager here, only its CRDs), and checks the values move
+// a rotation, with client Certificates issued in place (written as
+// cert-manager writes them: no cert-manager here, only its CRDs), and checks the values move
 // as they should. The endpoint serves controller-runtime's registry, the
 // process's one: this test alone registers a Metrics there, as the binary
 // does, and the managers of the other tests keep theirs to themselves.
@@ -57,17 +58,14 @@ func TestMetricsFollowARotation(t *testing.T) {
 	// Three clients on R1, as cert-manager would have issued them.
 	for i := range 3 {
 		name := fmt.Sprintf("agent-%d", i)
-		g.Expect(k8s.Create(ctx, &cmapi.Certificate{
+		crt := &cmapi.Certificate{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"dualca.io/client": "agent"}},
 			Spec: cmapi.CertificateSpec{SecretName: name, CommonName: name,
 				IssuerRef: cmmeta.IssuerReference{Name: "agents-ca", Kind: "Issuer", Group: "cert-manager.io"}},
-		})).To(Succeed())
+		}
+		g.Expect(k8s.Create(ctx, crt)).To(Succeed())
 		leaf := certs.MustNew(t, name, now.Add(-time.Hour), now.Add(24*time.Hour), certs.Options{}, r1)
-		g.Expect(k8s.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
-			Type:       corev1.SecretTypeTLS,
-			Data:       map[string][]byte{"tls.crt": leaf.CertPEM, "tls.key": leaf.KeyPEM, "ca.crt": r1.CertPEM},
-		})).To(Succeed())
+		g.Expect(issuance.Issue(ctx, k8s, crt, leaf.CertPEM, leaf.KeyPEM, r1.CertPEM)).To(Succeed())
 	}
 
 	addr, err := controlplane.FreeAddress()
