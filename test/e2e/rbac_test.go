@@ -514,7 +514,7 @@ func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
 // clientNamespace is a client namespace of a test and what it holds.
 type clientNamespace struct {
 	ns string
-	// unrelated is a Secret of no concern to dualca, holding a password.
+	// unrelated is a Secret of no concern to dualca, holding some data.
 	unrelated *corev1.Secret
 	// issued names a Secret cert-manager wrote for a Certificate of the
 	// same name, holding its private key.
@@ -545,11 +545,11 @@ func (s *scenario) clientNamespaceApart() clientNamespace {
 		unrelated: s.createSecret(ns, "unrelated", nil, nil)}
 }
 
-// createSecret creates, as the admin, an Opaque Secret holding a password.
+// createSecret creates, as the admin, an Opaque Secret with some data.
 func (s *scenario) createSecret(ns, name string, labels, annotations map[string]string) *corev1.Secret {
 	s.t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: annotations},
-		Type: corev1.SecretTypeOpaque, StringData: map[string]string{"password": "not dualca's to read"}}
+		Type: corev1.SecretTypeOpaque, StringData: map[string]string{"app.conf": "not dualca's to read"}}
 	s.g.Expect(s.c.Client.Create(s.ctx, sec)).To(Succeed())
 	return sec
 }
