@@ -112,8 +112,8 @@ func grants(r rbacv1.PolicyRule, group, resource string, verbs ...string) bool {
 // the legacy strategy it also matches dualca's deletes of Secrets and lets
 // through only Secrets cert-manager wrote for a Certificate (the annotation
 // cert-manager.io/certificate-name on oldObject, the stored Secret), in the
-// client namespaces, never the root Secret; a DELETE's response carries the
-// deleted Secret, so an unpinned delete reads it. Its creates stay pinned
+// client namespaces, never the root Secret; a Foreground or Orphan DELETE
+// is answered with the Secret, so an unpinned delete reads it. Its creates stay pinned
 // (their rules skip a DELETE, which has no object). Under the zero-downtime
 // strategy, which may delete nothing, it matches creates only.
 // test/e2e/rbac_test.go shows the API server enforcing it.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -440,8 +441,10 @@ func TestChartRBACReadsNoSecretInAClientNamespace(t *testing.T) {
 // reads are refused as under zero-downtime, and the chart's admission
 // policy lets dualca's account delete only Secrets cert-manager wrote for a
 // Certificate (annotation cert-manager.io/certificate-name), never the root
-// Secret: a DELETE returns the deleted Secret, so an unpinned delete would
-// read any Secret by destroying it. Its creates stay pinned.
+// Secret: a DELETE with propagationPolicy Foreground or Orphan is answered
+// with the Secret, data included, so an unpinned delete would read any
+// Secret by destroying it (checked here on a Secret dualca may delete).
+// Its creates stay pinned.
 func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, 1)
@@ -459,6 +462,7 @@ func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
 		return c.Delete(s.ctx, here.unrelated.DeepCopy(), client.DryRunAll)
 	}).Should(And(HaveOccurred(), WithTransform(refusedByThePolicy, BeTrue())), "the API server enforces the policy's delete rule")
 
+	kube := kubernetes.NewForConfigOrDie(s.impersonating(sa, nil))
 	for _, cn := range []clientNamespace{here, apart} {
 		s.expectNoSecretReadable(sa, cn)
 		s.expectCertificateRequestsReadable(sa, cn)
@@ -479,13 +483,27 @@ func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
 			s.g.Expect(root.Annotations).To(HaveKey(cmapi.CertificateNameKey), "cert-manager wrote the root Secret too")
 			refused["the root Secret, which cert-manager wrote"] = root
 		}
+		foreground := metav1.DeletePropagationForeground
 		for what, sec := range refused {
 			err := c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: sec.Name}})
 			s.g.Expect(refusedByThePolicy(err)).To(BeTrue(), "%s: deleting %s is refused by the admission policy, got %v", cn.ns, what, err)
+			err = kube.CoreV1().Secrets(cn.ns).Delete(s.ctx, sec.Name, metav1.DeleteOptions{PropagationPolicy: &foreground})
+			s.g.Expect(refusedByThePolicy(err)).To(BeTrue(), "%s: a Foreground delete of %s, answered with the Secret, is refused by the admission policy, got %v", cn.ns, what, err)
 			still := &corev1.Secret{}
 			s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(sec), still)).To(Succeed(), "%s: %s is still there", cn.ns, what)
 			s.g.Expect(still.UID).To(Equal(sec.UID))
 		}
+
+		// Why deletes are pinned: a Foreground delete, which dualca's
+		// account may make of a Secret annotated as cert-manager's, is
+		// answered with the Secret, data included.
+		annotated := s.createSecret(cn.ns, "annotated-as-cert-managers", nil, map[string]string{cmapi.CertificateNameKey: "some-certificate"})
+		raw, err := kube.CoreV1().RESTClient().Delete().Namespace(cn.ns).Resource("secrets").Name(annotated.Name).
+			SetHeader("Accept", "application/json").Body(&metav1.DeleteOptions{PropagationPolicy: &foreground}).DoRaw(s.ctx)
+		s.g.Expect(err).NotTo(HaveOccurred(), "%s: dualca may delete a Secret annotated as cert-manager's", cn.ns)
+		answer := &corev1.Secret{}
+		s.g.Expect(json.Unmarshal(raw, answer)).To(Succeed())
+		s.g.Expect(answer.Data).To(HaveKeyWithValue("app.conf", []byte("not dualca's to read")), "%s: the answer to a Foreground delete holds the Secret's data", cn.ns)
 
 		// A Secret cert-manager wrote for a Certificate is deleted (and
 		// cert-manager issues it again).
@@ -495,7 +513,7 @@ func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
 		s.g.Expect(c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: cn.issued}})).To(Succeed(),
 			"%s: dualca deletes a Secret cert-manager wrote for a Certificate", cn.ns)
 		after := &corev1.Secret{}
-		err := s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(issued), after)
+		err = s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(issued), after)
 		s.g.Expect(apierrors.IsNotFound(err) || err == nil && after.UID != issued.UID).To(BeTrue(), "%s: the Secret was deleted, got %v", cn.ns, err)
 	}
 	// The policy holds dualca's account alone: the admin deletes as it likes.
