@@ -71,16 +71,18 @@ var (
 	eventRules = []rbacv1.PolicyRule{
 		rule("events.k8s.io", "events", "create", "patch"),
 	}
+	// The clients' certificates are read from their CertificateRequests
+	// (public material), not from their Secrets.
 	clientRules = []rbacv1.PolicyRule{
 		rule("cert-manager.io", "certificates", "get", "list", "watch"),
 		rule("cert-manager.io", "certificates/status", "update"),
-		rule("", "secrets", "list", "watch"),
+		rule("cert-manager.io", "certificaterequests", "list", "watch"),
 	}
-	// The legacy strategy deletes client Secrets instead of setting the
-	// Certificates' Issuing condition.
+	// The legacy strategy deletes client Secrets (the admission policy pins
+	// which) instead of setting the Certificates' Issuing condition.
 	legacyClientRules = []rbacv1.PolicyRule{
 		rule("cert-manager.io", "certificates", "list", "watch"),
-		rule("", "secrets", "list", "watch"),
+		rule("cert-manager.io", "certificaterequests", "list", "watch"),
 		rule("", "secrets", "delete"),
 	}
 	leaseRules = []rbacv1.PolicyRule{

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -235,12 +241,26 @@ func TestChartRBACIsEnoughForLeaderElection(t *testing.T) {
 // more values, YAML.
 func (s *scenario) installChartRBAC(legacy bool, extra ...string) ([]*rbacv1.Role, string) {
 	s.t.Helper()
+	roles, sa := s.installChartRBACFor(legacy, nil, extra...)
+	s.g.Expect(roles).To(HaveLen(1), "root, gateway and clients share the scenario's namespace: one Role")
+	return roles, sa
+}
+
+// installChartRBACFor is installChartRBAC with the client namespaces
+// clientNamespaces (clients.namespaces; none: the chart's default, the
+// gateway's namespace), which must exist: a Role per namespace.
+func (s *scenario) installChartRBACFor(legacy bool, clientNamespaces []string, extra ...string) ([]*rbacv1.Role, string) {
+	s.t.Helper()
+	namespaces := ""
+	if len(clientNamespaces) > 0 {
+		namespaces = ", namespaces: [" + strings.Join(clientNamespaces, ", ") + "]"
+	}
 	values := fmt.Sprintf(`
 rootSecret: {namespace: %[1]s, name: %[2]s}
 gatewaySecret: {namespace: %[1]s, name: %[3]s}
-clients: {selector: %[4]s=agent}
+clients: {selector: %[4]s=agent%[6]s}
 certManagement: {legacy: %[5]t}
-`, s.ns, rootName, gatewayName, clientLabel, legacy) + strings.Join(extra, "\n")
+`, s.ns, rootName, gatewayName, clientLabel, legacy, namespaces) + strings.Join(extra, "\n")
 	objs := renderChart(s.t, s.ns, values)
 	var roles []*rbacv1.Role
 	sa := ""
@@ -264,7 +284,6 @@ certManagement: {legacy: %[5]t}
 		s.g.Expect(s.c.Client.Create(s.ctx, o)).To(Succeed(), "creating %s %s", o.GetKind(), o.GetName())
 	}
 	s.g.Expect(sa).NotTo(BeEmpty(), "the chart renders a ServiceAccount")
-	s.g.Expect(roles).To(HaveLen(1), "root, gateway and clients share the scenario's namespace: one Role")
 	return roles, sa
 }
 
@@ -381,4 +400,330 @@ func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *apireque
 	}
 	s.t.Logf("dualca's requests as the chart's ServiceAccount: %v; granted, not used here, as expected: %v", log.Summary(), excused)
 	s.g.Expect(unused).To(BeEmpty(), "every permission granted is used")
+}
+
+// TestChartRBACReadsNoSecretInAClientNamespace is issue 25's must-show (d)
+// under the zero-downtime strategy: the chart's ServiceAccount (impersonated,
+// with the Roles and admission policy the chart renders) cannot read a
+// Secret of a client namespace, neither by get nor by list nor by watch,
+// nor the clients' own Secrets, which hold their private keys; it lists and
+// watches the CertificateRequests there, whose status holds the clients'
+// certificates; it may neither create nor delete a Secret there (but the
+// gateway Secret, pinned by the policy, where the gateway's namespace is a
+// client namespace). Both layouts: clients in the gateway's namespace (the
+// chart's default) and in a namespace of their own. dualca does not run:
+// only the API server's answers (access reviews and the requests
+// themselves) are checked.
+func TestChartRBACReadsNoSecretInAClientNamespace(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 1)
+	apart := s.clientNamespaceApart()
+	_, sa := s.installChartRBACFor(false, []string{s.ns, apart.ns})
+	c := s.clientAs(sa)
+	s.awaitAdmissionPolicy(c)
+	here := s.clientNamespaceHere()
+	for _, cn := range []clientNamespace{here, apart} {
+		s.expectNoSecretReadable(sa, cn)
+		s.expectCertificateRequestsReadable(sa, cn)
+		s.expectNoCreateButThePolicys(sa, cn)
+		for what, name := range map[string]string{"an unrelated Secret": cn.unrelated.Name, "a Secret cert-manager wrote": cn.issued} {
+			s.expectAccess(sa, cn.ns, "secrets", name, "delete", false)
+			err := c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: name}}, client.DryRunAll)
+			s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: deleting %s is forbidden, got %v", cn.ns, what, err)
+			s.g.Expect(err).NotTo(MatchError(ContainSubstring("ValidatingAdmissionPolicy")), "%s: by RBAC, which grants no delete without the legacy strategy", cn.ns)
+		}
+	}
+}
+
+// TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy is must-show (d)
+// under the legacy strategy, whose Roles grant delete of any Secret in a
+// client namespace (RBAC cannot name the selected Certificates' Secrets):
+// reads are refused as under zero-downtime, and the chart's admission
+// policy lets dualca's account delete only Secrets cert-manager wrote for a
+// Certificate (annotation cert-manager.io/certificate-name), never the root
+// Secret: a DELETE with propagationPolicy Foreground or Orphan is answered
+// with the Secret, data included, so an unpinned delete would read any
+// Secret by destroying it (checked here on a Secret dualca may delete).
+// Its creates stay pinned.
+func TestChartRBACReadsNoSecretInAClientNamespaceUnderLegacy(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, 1)
+	apart := s.clientNamespaceApart()
+	_, sa := s.installChartRBACFor(true, []string{s.ns, apart.ns})
+	c := s.clientAs(sa)
+	s.awaitAdmissionPolicy(c)
+	here := s.clientNamespaceHere()
+	refusedByThePolicy := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}
+	// The policy is one object, enforced for creates already; its delete
+	// rule is probed too, with a dry run, which RBAC alone would let through.
+	s.g.Eventually(func() error {
+		return c.Delete(s.ctx, here.unrelated.DeepCopy(), client.DryRunAll)
+	}).Should(And(HaveOccurred(), WithTransform(refusedByThePolicy, BeTrue())), "the API server enforces the policy's delete rule")
+
+	kube := kubernetes.NewForConfigOrDie(s.impersonating(sa, nil))
+	for _, cn := range []clientNamespace{here, apart} {
+		s.expectNoSecretReadable(sa, cn)
+		s.expectCertificateRequestsReadable(sa, cn)
+		s.expectNoCreateButThePolicys(sa, cn)
+
+		// RBAC lets dualca delete any Secret here: the policy is what refuses.
+		s.expectAccess(sa, cn.ns, "secrets", cn.unrelated.Name, "delete", true)
+		refused := map[string]*corev1.Secret{
+			"an unrelated Secret": cn.unrelated,
+			"a Secret labelled as cert-manager's, without its annotation": s.createSecret(cn.ns, "labelled-only",
+				map[string]string{"controller.cert-manager.io/fao": "true"}, nil),
+			"a Secret annotated for another purpose": s.createSecret(cn.ns, "annotated-otherwise", nil,
+				map[string]string{"cert-manager.io/issuer-name": issuerName}),
+		}
+		if cn.ns == s.ns {
+			root := &corev1.Secret{}
+			s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: rootName}, root)).To(Succeed())
+			s.g.Expect(root.Annotations).To(HaveKey(cmapi.CertificateNameKey), "cert-manager wrote the root Secret too")
+			refused["the root Secret, which cert-manager wrote"] = root
+		}
+		foreground := metav1.DeletePropagationForeground
+		for what, sec := range refused {
+			err := c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: sec.Name}})
+			s.g.Expect(refusedByThePolicy(err)).To(BeTrue(), "%s: deleting %s is refused by the admission policy, got %v", cn.ns, what, err)
+			err = kube.CoreV1().Secrets(cn.ns).Delete(s.ctx, sec.Name, metav1.DeleteOptions{PropagationPolicy: &foreground})
+			s.g.Expect(refusedByThePolicy(err)).To(BeTrue(), "%s: a Foreground delete of %s, answered with the Secret, is refused by the admission policy, got %v", cn.ns, what, err)
+			still := &corev1.Secret{}
+			s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(sec), still)).To(Succeed(), "%s: %s is still there", cn.ns, what)
+			s.g.Expect(still.UID).To(Equal(sec.UID))
+		}
+
+		// Why deletes are pinned: a Foreground delete, which dualca's
+		// account may make of a Secret annotated as cert-manager's, is
+		// answered with the Secret, data included.
+		annotated := s.createSecret(cn.ns, "annotated-as-cert-managers", nil, map[string]string{cmapi.CertificateNameKey: "some-certificate"})
+		raw, err := kube.CoreV1().RESTClient().Delete().Namespace(cn.ns).Resource("secrets").Name(annotated.Name).
+			SetHeader("Accept", "application/json").Body(&metav1.DeleteOptions{PropagationPolicy: &foreground}).DoRaw(s.ctx)
+		s.g.Expect(err).NotTo(HaveOccurred(), "%s: dualca may delete a Secret annotated as cert-manager's", cn.ns)
+		answer := &corev1.Secret{}
+		s.g.Expect(json.Unmarshal(raw, answer)).To(Succeed())
+		s.g.Expect(answer.Data).To(HaveKeyWithValue("app.conf", []byte("not dualca's to read")), "%s: the answer to a Foreground delete holds the Secret's data", cn.ns)
+
+		// A Secret cert-manager wrote for a Certificate is deleted (and
+		// cert-manager issues it again).
+		issued := &corev1.Secret{}
+		s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: cn.ns, Name: cn.issued}, issued)).To(Succeed())
+		s.g.Expect(issued.Annotations).To(HaveKey(cmapi.CertificateNameKey))
+		s.g.Expect(c.Delete(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: cn.issued}})).To(Succeed(),
+			"%s: dualca deletes a Secret cert-manager wrote for a Certificate", cn.ns)
+		after := &corev1.Secret{}
+		err = s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(issued), after)
+		s.g.Expect(apierrors.IsNotFound(err) || err == nil && after.UID != issued.UID).To(BeTrue(), "%s: the Secret was deleted, got %v", cn.ns, err)
+	}
+	// The policy holds dualca's account alone: the admin deletes as it likes.
+	s.g.Expect(s.c.Client.Delete(s.ctx, here.unrelated.DeepCopy(), client.DryRunAll)).To(Succeed())
+
+	// Under legacy the creates are pinned as under zero-downtime
+	// (TestChartAdmissionPolicyPinsWhatDualcaCreates): the delete rule
+	// leaves the create rules whole.
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: gatewayName,
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken}
+	s.g.Expect(refusedByThePolicy(c.Create(s.ctx, token, client.DryRunAll))).To(BeTrue(), "no token Secret, even named as the gateway Secret")
+	s.g.Expect(c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: gatewayName}}, client.DryRunAll)).To(Succeed(),
+		"the gateway Secret may be created")
+}
+
+// clientNamespace is a client namespace of a test and what it holds.
+type clientNamespace struct {
+	ns string
+	// unrelated is a Secret of no concern to dualca, holding some data.
+	unrelated *corev1.Secret
+	// issued names a Secret cert-manager wrote for a Certificate of the
+	// same name, holding its private key.
+	issued string
+	// request names the CertificateRequest cert-manager made for it.
+	request string
+}
+
+// clientNamespaceHere is the scenario's namespace as a client namespace:
+// the gateway's, the chart's default; issued is the first client's Secret.
+func (s *scenario) clientNamespaceHere() clientNamespace {
+	s.t.Helper()
+	return clientNamespace{ns: s.ns, issued: s.clients[0], request: s.requestOf(s.ns, s.clients[0]),
+		unrelated: s.createSecret(s.ns, "unrelated", nil, nil)}
+}
+
+// clientNamespaceApart creates a client namespace of its own, beside the
+// scenario's, with a Certificate that cert-manager issues there (a
+// self-signed CA, so that no Issuer of the scenario's namespace is needed)
+// and an unrelated Secret.
+func (s *scenario) clientNamespaceApart() clientNamespace {
+	s.t.Helper()
+	ns := "apart-" + s.ns
+	s.g.Expect(s.c.CreateNamespace(s.ctx, ns)).To(Succeed())
+	_, err := s.c.CreateRootCA(s.ctx, ns, "apart-issued")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	return clientNamespace{ns: ns, issued: "apart-issued", request: s.requestOf(ns, "apart-issued"),
+		unrelated: s.createSecret(ns, "unrelated", nil, nil)}
+}
+
+// createSecret creates, as the admin, an Opaque Secret with some data.
+func (s *scenario) createSecret(ns, name string, labels, annotations map[string]string) *corev1.Secret {
+	s.t.Helper()
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, Annotations: annotations},
+		Type: corev1.SecretTypeOpaque, StringData: map[string]string{"app.conf": "not dualca's to read"}}
+	s.g.Expect(s.c.Client.Create(s.ctx, sec)).To(Succeed())
+	return sec
+}
+
+// requestOf names the issued CertificateRequest of the Certificate crt.
+func (s *scenario) requestOf(ns, crt string) string {
+	s.t.Helper()
+	var list cmapi.CertificateRequestList
+	s.g.Expect(s.c.Client.List(s.ctx, &list, client.InNamespace(ns))).To(Succeed())
+	for _, cr := range list.Items {
+		if cr.Annotations[cmapi.CertificateNameKey] == crt && len(cr.Status.Certificate) > 0 {
+			return cr.Name
+		}
+	}
+	s.t.Fatalf("no issued CertificateRequest of %s/%s", ns, crt)
+	return ""
+}
+
+// saUser is the user name of the scenario's ServiceAccount sa, and
+// saGroups the groups its token carries.
+func (s *scenario) saUser(sa string) string { return "system:serviceaccount:" + s.ns + ":" + sa }
+
+func (s *scenario) saGroups() []string {
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + s.ns, "system:authenticated"}
+}
+
+// expectAccess asks the API server whether sa may do verb on resource
+// (name, "" for any) in ns, both ways: a SubjectAccessReview by the admin
+// and a SelfSubjectAccessReview as sa; both must answer allowed.
+func (s *scenario) expectAccess(sa, ns, resource, name, verb string, allowed bool) {
+	s.t.Helper()
+	group := ""
+	if resource == "certificaterequests" {
+		group = cmapi.SchemeGroupVersion.Group
+	}
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Name: name, Verb: verb}
+	sar, err := s.kube.AuthorizationV1().SubjectAccessReviews().Create(s.ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: attrs, User: s.saUser(sa), Groups: s.saGroups()},
+	}, metav1.CreateOptions{})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(sar.Status.Allowed).To(Equal(allowed), "SubjectAccessReview: %s %s %q in %s allowed: %v (%s)", verb, resource, name, ns, sar.Status.Allowed, sar.Status.Reason)
+	ssar, err := kubernetes.NewForConfigOrDie(s.impersonating(sa, nil)).AuthorizationV1().SelfSubjectAccessReviews().Create(s.ctx,
+		&authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attrs}}, metav1.CreateOptions{})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(ssar.Status.Allowed).To(Equal(allowed), "SelfSubjectAccessReview: %s %s %q in %s allowed: %v (%s)", verb, resource, name, ns, ssar.Status.Allowed, ssar.Status.Reason)
+}
+
+// expectNoSecretReadable: as sa, no Secret of cn can be read, neither the
+// unrelated one nor cert-manager's (a private key): get, list and watch,
+// by name (a metadata.name field selector, which the API server authorizes
+// as a request for that name), by cert-manager's label, whole, and
+// cluster-wide, are each refused, and the access reviews agree; the rules
+// the API server reports for sa there grant no Secret read but by name.
+func (s *scenario) expectNoSecretReadable(sa string, cn clientNamespace) {
+	s.t.Helper()
+	kube := kubernetes.NewForConfigOrDie(s.impersonating(sa, nil))
+	secrets := kube.CoreV1().Secrets(cn.ns)
+	c := s.clientAs(sa)
+	forbidden := func(what string, err error) {
+		s.t.Helper()
+		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: %s is forbidden, got %v", cn.ns, what, err)
+	}
+	for _, name := range []string{cn.unrelated.Name, cn.issued} {
+		_, err := secrets.Get(s.ctx, name, metav1.GetOptions{})
+		forbidden("get of Secret "+name, err)
+		forbidden("get of Secret "+name+" (controller-runtime)", c.Get(s.ctx, types.NamespacedName{Namespace: cn.ns, Name: name}, &corev1.Secret{}))
+		_, err = secrets.List(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		forbidden("list of Secret "+name+" by name", err)
+		_, err = secrets.Watch(s.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		forbidden("watch of Secret "+name+" by name", err)
+		for _, verb := range []string{"get", "list", "watch"} {
+			s.expectAccess(sa, cn.ns, "secrets", name, verb, false)
+		}
+	}
+	_, err := secrets.List(s.ctx, metav1.ListOptions{})
+	forbidden("list of the Secrets", err)
+	forbidden("list of the Secrets (controller-runtime)", c.List(s.ctx, &corev1.SecretList{}, client.InNamespace(cn.ns)))
+	_, err = secrets.List(s.ctx, metav1.ListOptions{LabelSelector: "controller.cert-manager.io/fao=true"})
+	forbidden("list of cert-manager's Secrets by label", err)
+	_, err = secrets.Watch(s.ctx, metav1.ListOptions{})
+	forbidden("watch of the Secrets", err)
+	_, err = secrets.Watch(s.ctx, metav1.ListOptions{LabelSelector: "controller.cert-manager.io/fao=true"})
+	forbidden("watch of cert-manager's Secrets by label", err)
+	_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).List(s.ctx, metav1.ListOptions{})
+	forbidden("list of the Secrets of every namespace", err)
+	_, err = kube.CoreV1().Secrets(metav1.NamespaceAll).Watch(s.ctx, metav1.ListOptions{})
+	forbidden("watch of the Secrets of every namespace", err)
+	for _, verb := range []string{"get", "list", "watch"} {
+		s.expectAccess(sa, cn.ns, "secrets", "", verb, false)
+	}
+
+	var named []string // the root, the gateway and dualca's record share the scenario's namespace
+	if cn.ns == s.ns {
+		named = []string{rootName, gatewayName, flags.DefaultStateSecret(types.NamespacedName{Namespace: s.ns, Name: gatewayName}).Name}
+	}
+	rules, err := kube.AuthorizationV1().SelfSubjectRulesReviews().Create(s.ctx,
+		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: cn.ns}}, metav1.CreateOptions{})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(rules.Status.Incomplete).To(BeFalse())
+	for _, r := range rules.Status.ResourceRules {
+		match := func(list []string, want ...string) bool {
+			return slices.ContainsFunc(list, func(v string) bool { return v == "*" || slices.Contains(want, v) })
+		}
+		if match(r.APIGroups, "") && match(r.Resources, "secrets") && match(r.Verbs, "get", "list", "watch") {
+			s.g.Expect(r.ResourceNames).NotTo(BeEmpty(), "%s: the API server reports a Secret read without a name for %s: %+v", cn.ns, sa, r)
+			s.g.Expect(r.ResourceNames).To(HaveEach(BeElementOf(named)), "%s: only dualca's root, gateway and state Secrets are read, by name", cn.ns)
+		}
+	}
+}
+
+// expectCertificateRequestsReadable: as sa, the CertificateRequests of cn
+// are listed and watched (the watch's initial events), the one cert-manager
+// issued with its certificate; they cannot be written.
+func (s *scenario) expectCertificateRequestsReadable(sa string, cn clientNamespace) {
+	s.t.Helper()
+	c, err := client.NewWithWatch(s.impersonating(sa, nil), client.Options{Scheme: s.c.Client.Scheme()})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	var list cmapi.CertificateRequestList
+	s.g.Expect(c.List(s.ctx, &list, client.InNamespace(cn.ns))).To(Succeed(), "%s: sa lists the CertificateRequests", cn.ns)
+	s.g.Expect(list.Items).To(ContainElement(And(HaveField("Name", cn.request), HaveField("Status.Certificate", Not(BeEmpty())))),
+		"%s: the issued CertificateRequest, its certificate in its status", cn.ns)
+	s.g.Expect(c.List(s.ctx, &list, client.InNamespace(cn.ns), client.MatchingLabels{clientLabel: "agent"})).To(Succeed(), "and through the client selector")
+	w, err := c.Watch(s.ctx, &cmapi.CertificateRequestList{}, client.InNamespace(cn.ns))
+	s.g.Expect(err).NotTo(HaveOccurred(), "%s: sa watches the CertificateRequests", cn.ns)
+	defer w.Stop()
+	s.g.Eventually(w.ResultChan()).Should(Receive(And(HaveField("Type", watch.Added), HaveField("Object.Name", cn.request))),
+		"%s: the watch shows the issued CertificateRequest", cn.ns)
+	for _, verb := range []string{"list", "watch"} {
+		s.expectAccess(sa, cn.ns, "certificaterequests", "", verb, true)
+	}
+	for _, verb := range []string{"create", "update", "patch", "delete"} {
+		s.expectAccess(sa, cn.ns, "certificaterequests", cn.request, verb, false)
+	}
+}
+
+// expectNoCreateButThePolicys: as sa, in cn, a Secret can be created only
+// where the chart's admission policy allows it, the gateway Secret in the
+// gateway's namespace; elsewhere RBAC grants no create at all. No
+// CertificateRequest is created.
+func (s *scenario) expectNoCreateButThePolicys(sa string, cn clientNamespace) {
+	s.t.Helper()
+	c := s.clientAs(sa)
+	other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: "created-by-dualca"}}
+	err := c.Create(s.ctx, other, client.DryRunAll)
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: creating a Secret of another name is forbidden, got %v", cn.ns, err)
+	gateway := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: gatewayName}}
+	if cn.ns == s.ns {
+		s.g.Expect(err).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy")), "RBAC grants create in the gateway's namespace: the policy refuses")
+		s.g.Expect(c.Create(s.ctx, gateway, client.DryRunAll)).To(Succeed(), "the gateway Secret may be created")
+	} else {
+		s.expectAccess(sa, cn.ns, "secrets", "", "create", false)
+		err := c.Create(s.ctx, gateway, client.DryRunAll)
+		s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: no Secret at all is created in a client namespace apart, got %v", cn.ns, err)
+	}
+	cr := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: cn.ns, Name: "created-by-dualca"},
+		Spec: cmapi.CertificateRequestSpec{Request: []byte("not a CSR"), IssuerRef: cmmeta.IssuerReference{Name: issuerName, Kind: "Issuer", Group: "cert-manager.io"}}}
+	err = c.Create(s.ctx, cr, client.DryRunAll)
+	s.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: creating a CertificateRequest is forbidden, got %v", cn.ns, err)
 }
