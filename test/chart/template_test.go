@@ -81,7 +81,7 @@ var (
 	// The legacy strategy deletes client Secrets (the admission policy pins
 	// which) instead of setting the Certificates' Issuing condition.
 	legacyClientRules = []rbacv1.PolicyRule{
-		rule("cert-manager.io", "certificates", "list", "watch"),
+		rule("cert-manager.io", "certificates", "get", "list", "watch"),
 		rule("cert-manager.io", "certificaterequests", "list", "watch"),
 		rule("", "secrets", "delete"),
 	}
