@@ -17,6 +17,13 @@ type Client struct {
 	CA []*x509.Certificate
 	// Failed says the last renewal of this client failed.
 	Failed bool
+	// Unknown says dualca cannot see the credential this client loads:
+	// its current CertificateRequest is gone and dualca has no memory of
+	// it (a restart during its renewal). Leaf and CA are nil. It may use
+	// any root, so it keeps every root in the bundle until that root
+	// expires, and it is on none, so it holds the switch until the grace
+	// period.
+	Unknown bool
 }
 
 // On reports whether the client has moved to root: its leaf chains to it

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +23,9 @@ const Phase = "Legacy"
 // Strategy is the legacy strategy as the syncer runs it: Plan, and the
 // deletion of the Secrets of clients due for renewal.
 type Strategy struct {
+	// Reader reads a client's Certificate before its Secret is deleted;
+	// uncached, so the check is as fresh as it can be.
+	Reader client.Reader
 	// Writer deletes client Secrets.
 	Writer client.Writer
 }
@@ -46,21 +51,44 @@ func (Strategy) RenewalMessage(clients, root string, qps float64) string {
 		clients, root, qps)
 }
 
-// Renew deletes the client's Secret as it was when found due, so
-// cert-manager re-issues it; it reports whether it deleted it. The
-// preconditions make it a no-op if cert-manager replaced the Secret
-// meanwhile. A client without a Secret has nothing to delete.
-func (s Strategy) Renew(ctx context.Context, _ types.NamespacedName, secret *metav1.ObjectMeta) (bool, error) {
-	if secret == nil {
+// Renew deletes the client's Secret, so cert-manager re-issues it; it
+// reports whether it deleted it. dualca reads no client Secret: the
+// Certificate, read fresh, says whether the Secret still holds the
+// credential the decision saw (the same revision, no issuance under way).
+// Otherwise cert-manager has replaced it or is replacing it, and deleting
+// it would only cost a second re-issuance. A client that held no
+// credential has nothing to delete.
+func (s Strategy) Renew(ctx context.Context, key types.NamespacedName, revision *int) (bool, error) {
+	if revision == nil {
 		return false, nil
 	}
-	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
-	err := s.Writer.Delete(ctx, obj, client.Preconditions{UID: &secret.UID, ResourceVersion: &secret.ResourceVersion})
+	crt := &cmapi.Certificate{}
+	if err := s.Reader.Get(ctx, key, crt); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading certificate %s: %w", key, err)
+	}
+	if crt.Status.Revision == nil || *crt.Status.Revision != *revision || issuing(crt) {
+		return false, nil
+	}
+	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: crt.Spec.SecretName}}
+	err := s.Writer.Delete(ctx, obj)
 	switch {
 	case err == nil:
 		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	case apierrors.IsNotFound(err):
 		return false, nil
 	}
-	return false, fmt.Errorf("deleting client secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	return false, fmt.Errorf("deleting client secret %s/%s: %w", key.Namespace, crt.Spec.SecretName, err)
+}
+
+// issuing reports whether cert-manager is issuing crt now.
+func issuing(crt *cmapi.Certificate) bool {
+	for _, c := range crt.Status.Conditions {
+		if c.Type == cmapi.CertificateConditionIssuing {
+			return c.Status == cmmeta.ConditionTrue
+		}
+	}
+	return false
 }

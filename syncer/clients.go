@@ -5,16 +5,15 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,30 +23,37 @@ import (
 
 // Client tracking.
 //
+// dualca reads no Secret in a client namespace. What a client loads is its
+// Secret, but cert-manager writes that Secret's tls.crt and ca.crt from the
+// status of the CertificateRequest it issued (status.certificate,
+// status.ca), and only then sets the Certificate's status.revision to that
+// request's revision. So the request of the Certificate's current revision
+// tells the same public certificates, and the Role that lets dualca read it
+// gives no access to any Secret: a client namespace (by default the
+// gateway's own) can hold Secrets dualca has no business reading, and RBAC
+// cannot restrict a list of Secrets to those cert-manager wrote.
+//
 // The selected Certificates are cached through their label selector, and
-// their Secrets through the label cert-manager puts on every Secret it
-// writes, in the client namespaces only; a transform keeps nothing of a
-// Secret but tls.crt and ca.crt. Memory therefore grows with the
-// certificates cert-manager manages there, never with all Secrets, and no
-// client private key is ever held by dualca.
-
-// clientSecretSelector matches the Secrets cert-manager writes for
-// Certificates ("for the attention of" its controller), except the
-// short-lived ones holding a next private key.
-var clientSecretSelector = labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"}.AsSelector().
-	Add(mustRequirement(cmapi.IsNextPrivateKeySecretLabelKey, selection.DoesNotExist))
-
-func mustRequirement(key string, op selection.Operator) labels.Requirement {
-	r, err := labels.NewRequirement(key, op, nil)
-	if err != nil {
-		panic(err) // constant input
-	}
-	return *r
-}
+// their CertificateRequests through the same selector (cert-manager copies
+// a Certificate's labels onto each request it creates), in the client
+// namespaces only; a transform keeps nothing of a request but what
+// identifies it and its two certificates. Memory therefore grows with the
+// selected clients, never with the namespace's other objects.
+//
+// A request is the client's only when it claims the Certificate by name
+// and revision and the Certificate controls it (owner reference by UID):
+// anyone who may create requests in the namespace can copy the
+// annotations, so two claimants make the client unknown, with a
+// ClientInvalid event. cert-manager deletes the request of the current
+// revision once the next one exists (revisionHistoryLimit, default 1), so
+// the tracker remembers the credential it last saw of each Certificate by
+// revision; a client whose current request it neither sees nor remembers
+// (after a restart during its renewal) is unknown (bundle.Client.Unknown):
+// it may use any root, and keeps them all.
 
 // clientCacheOptions say what the cache of the selected Certificates and of
-// the client Secrets holds: those in the client namespaces, by label, and
-// of the Secrets only their certificates.
+// their CertificateRequests holds: those in the client namespaces, by label,
+// and of the requests only their public certificates.
 func clientCacheOptions(o Options) cache.Options {
 	namespaces := map[string]cache.Config{}
 	for _, ns := range o.ClientNamespaces {
@@ -57,40 +63,50 @@ func clientCacheOptions(o Options) cache.Options {
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cmapi.Certificate{}: {Label: o.ClientSelector},
-			&corev1.Secret{}:     {Label: clientSecretSelector, Transform: publicPartsOnly},
+			&cmapi.Certificate{}:        {Label: o.ClientSelector},
+			&cmapi.CertificateRequest{}: {Label: o.ClientSelector, Transform: requestCertificatesOnly},
 		},
 	}
 }
 
-// publicPartsOnly drops everything of a client Secret but its certificates.
-func publicPartsOnly(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
+// requestCertificatesOnly drops everything of a CertificateRequest but
+// what tells whose it is and its certificates: the CSR, the copied
+// annotations and the conditions are of no use to dualca.
+func requestCertificatesOnly(obj any) (any, error) {
+	cr, ok := obj.(*cmapi.CertificateRequest)
 	if !ok {
 		return obj, nil
 	}
-	s.ManagedFields = nil
-	for k := range s.Data {
-		if k != corev1.TLSCertKey && k != caKey {
-			delete(s.Data, k)
+	cr.ManagedFields = nil
+	annotations := map[string]string{}
+	for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
+		if v, ok := cr.Annotations[k]; ok {
+			annotations[k] = v
 		}
 	}
-	s.StringData = nil
-	return s, nil
+	cr.Annotations = annotations
+	cr.Spec = cmapi.CertificateRequestSpec{}
+	cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: cr.Status.CA}
+	return cr, nil
 }
 
 // clientView is one selected client as the reconciler saw it.
 type clientView struct {
-	cert     *cmapi.Certificate
-	secret   *corev1.Secret // nil when missing
-	inFlight bool           // cert-manager is issuing it now
-	// problem says why the client's Secret cannot be used; "" when it can.
+	cert *cmapi.Certificate
+	// request is the CertificateRequest of the Certificate's current
+	// revision; nil when none was seen (never issued, collected, or more
+	// than one claims it).
+	request  *cmapi.CertificateRequest
+	inFlight bool // cert-manager is issuing it now
+	// problem says why the client's certificates cannot be used; "" when
+	// they can.
 	problem string
 }
 
 // clientTracker reads the selected clients from the cache and remembers the
-// certificates it parsed, by Secret content, so a reconcile over thousands
-// of clients parses only what changed.
+// certificates it parsed, by request content, so a reconcile over
+// thousands of clients parses only what changed; and the credential each
+// Certificate holds, by revision, for when its request is gone.
 type clientTracker struct {
 	reader     client.Reader
 	selector   labels.Selector
@@ -107,8 +123,12 @@ type clientTracker struct {
 	events *atomic.Uint64
 	last   *clientRead
 
-	mu     sync.Mutex
-	parsed map[types.UID]parsedSecret
+	mu sync.Mutex
+	// parsed are the requests' certificates, by request UID.
+	parsed map[types.UID]parsedRequest
+	// held is the credential each Certificate (by UID) held when its
+	// current request was last seen.
+	held map[types.UID]heldCredential
 }
 
 // clientRead is a read's result, with the count of events it followed.
@@ -131,14 +151,20 @@ func (t *clientTracker) changed() {
 	}
 }
 
-type parsedSecret struct {
-	// rv and sum are the Secret's resourceVersion and content hash when
+type parsedRequest struct {
+	// rv and sum are the request's resourceVersion and content hash when
 	// it was parsed: an unchanged resourceVersion spares hashing it.
 	rv      string
 	sum     [sha256.Size]byte
 	leaf    *x509.Certificate
 	ca      []*x509.Certificate
 	problem string
+}
+
+// heldCredential is what a Certificate's request of revision said.
+type heldCredential struct {
+	revision int
+	parsedRequest
 }
 
 // read returns what the decision needs to know of the selected clients, and
@@ -160,11 +186,15 @@ func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]cl
 	return clients, views, nil
 }
 
+// requestKey is what a CertificateRequest claims to be: the request of
+// revision of the Certificate named cert.
+type requestKey struct{ cert, revision string }
+
 // list reads the selected clients from the reader.
 func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
 	out := bundle.Clients{Tracked: true}
 	views := map[string]clientView{}
-	seen := map[types.UID]bool{}
+	seenRequests, seenCerts := map[types.UID]bool{}, map[types.UID]bool{}
 	for _, ns := range t.namespaces {
 		// Both lists come straight from the cache, without the deep copy of
 		// every object: this runs at every client event of a fan-out over
@@ -174,26 +204,36 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			client.UnsafeDisableDeepCopy); err != nil {
 			return out, nil, fmt.Errorf("listing client certificates in %s: %w", ns, err)
 		}
-		var secrets corev1.SecretList
-		if err := t.reader.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: clientSecretSelector},
+		var requests cmapi.CertificateRequestList
+		if err := t.reader.List(ctx, &requests, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.selector},
 			client.UnsafeDisableDeepCopy); err != nil {
-			return out, nil, fmt.Errorf("listing client secrets in %s: %w", ns, err)
+			return out, nil, fmt.Errorf("listing client certificate requests in %s: %w", ns, err)
 		}
-		byName := make(map[string]*corev1.Secret, len(secrets.Items))
-		for i := range secrets.Items {
-			byName[secrets.Items[i].Name] = &secrets.Items[i]
+		claims := make(map[requestKey][]*cmapi.CertificateRequest, len(requests.Items))
+		for i := range requests.Items {
+			cr := &requests.Items[i]
+			k := requestKey{cert: cr.Annotations[cmapi.CertificateNameKey], revision: cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey]}
+			claims[k] = append(claims[k], cr)
 		}
 		for i := range list.Items {
 			crt := &list.Items[i]
 			name := crt.Namespace + "/" + crt.Name
+			seenCerts[crt.UID] = true
 			v := clientView{cert: crt, inFlight: issuing(crt)}
 			c := bundle.Client{Name: name, Failed: failed(crt)}
-			if s, ok := byName[crt.Spec.SecretName]; ok {
-				v.secret = s
-				seen[s.UID] = true
-				if v.problem = foreign(crt, s); v.problem == "" {
-					p := t.parse(s)
-					c.Leaf, c.CA, v.problem = p.leaf, p.ca, p.problem
+			if crt.Status.Revision != nil {
+				var held *parsedRequest
+				held, v.request, v.problem = t.current(crt, claims[requestKey{cert: crt.Name, revision: strconv.Itoa(*crt.Status.Revision)}])
+				if v.request != nil {
+					seenRequests[v.request.UID] = true
+				}
+				if held == nil {
+					c.Unknown = true
+				} else {
+					c.Leaf, c.CA = held.leaf, held.ca
+					if v.problem == "" {
+						v.problem = held.problem
+					}
 				}
 			}
 			views[name] = v
@@ -202,55 +242,88 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 	}
 	t.mu.Lock()
 	for uid := range t.parsed {
-		if !seen[uid] {
+		if !seenRequests[uid] {
 			delete(t.parsed, uid)
+		}
+	}
+	for uid := range t.held {
+		if !seenCerts[uid] {
+			delete(t.held, uid)
 		}
 	}
 	t.mu.Unlock()
 	return out, views, nil
 }
 
-// foreign says why s, found under crt's secretName, is not crt's to use:
-// a Secret of another type, or one cert-manager wrote for another
-// Certificate. Its content then says nothing about crt's client.
-func foreign(crt *cmapi.Certificate, s *corev1.Secret) string {
-	if s.Type != corev1.SecretTypeTLS {
-		return fmt.Sprintf("secret %s has type %q, want %q", s.Name, s.Type, corev1.SecretTypeTLS)
+// current returns the credential crt holds at its current revision, from
+// the one request of that revision crt controls (returned too), or as
+// remembered when that request is gone; nil when neither tells. claimants
+// are the requests that claim crt's name and revision by annotation.
+// problem says why they do not tell, when that is worth an event.
+func (t *clientTracker) current(crt *cmapi.Certificate, claimants []*cmapi.CertificateRequest) (*parsedRequest, *cmapi.CertificateRequest, string) {
+	var ours []*cmapi.CertificateRequest
+	for _, cr := range claimants {
+		if owner := metav1.GetControllerOfNoCopy(cr); owner != nil && owner.UID == crt.UID {
+			ours = append(ours, cr)
+		}
 	}
-	if owner, ok := s.Annotations[cmapi.CertificateNameKey]; ok && owner != crt.Name {
-		return fmt.Sprintf("secret %s was issued for Certificate %q", s.Name, owner)
+	revision := *crt.Status.Revision
+	switch {
+	case len(ours) > 1:
+		// Only cert-manager should create a second: whoever did can make
+		// either the client's, so neither is believed.
+		return nil, nil, fmt.Sprintf("%d certificate requests claim its revision %d", len(ours), revision)
+	case len(ours) == 1 && len(ours[0].Status.Certificate) > 0:
+		p := t.parse(ours[0])
+		t.mu.Lock()
+		if t.held == nil {
+			t.held = map[types.UID]heldCredential{}
+		}
+		t.held[crt.UID] = heldCredential{revision: revision, parsedRequest: p}
+		t.mu.Unlock()
+		return &p, ours[0], ""
 	}
-	return ""
+	// The request is gone (cert-manager keeps one revision, and deletes
+	// the current one once the next is under way), or the cache has not
+	// shown its certificate yet.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.held[crt.UID]; ok && h.revision == revision {
+		return &h.parsedRequest, nil, ""
+	}
+	return nil, nil, ""
 }
 
-// parse reads a client Secret's leaf and ca.crt. Damaged data reads as no
-// leaf or no CA: such a client is simply not on any root.
-func (t *clientTracker) parse(s *corev1.Secret) parsedSecret {
+// parse reads a request's certificate and CA as cert-manager writes them
+// into the client's Secret: a leaf (and maybe its chain), and the root it
+// trusts the server with. Damaged data reads as no leaf or no CA: such a
+// client is simply not on any root.
+func (t *clientTracker) parse(cr *cmapi.CertificateRequest) parsedRequest {
 	t.mu.Lock()
-	p, ok := t.parsed[s.UID]
+	p, ok := t.parsed[cr.UID]
 	t.mu.Unlock()
-	if ok && s.ResourceVersion != "" && p.rv == s.ResourceVersion {
+	if ok && cr.ResourceVersion != "" && p.rv == cr.ResourceVersion {
 		return p
 	}
 	h := sha256.New()
-	h.Write(s.Data[corev1.TLSCertKey])
+	h.Write(cr.Status.Certificate)
 	h.Write([]byte{0})
-	h.Write(s.Data[caKey])
+	h.Write(cr.Status.CA)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.parsed[s.UID]; ok && p.sum == sum {
-		p.rv = s.ResourceVersion
-		t.parsed[s.UID] = p
+	if p, ok := t.parsed[cr.UID]; ok && p.sum == sum {
+		p.rv = cr.ResourceVersion
+		t.parsed[cr.UID] = p
 		return p
 	}
-	p = parsedSecret{rv: s.ResourceVersion, sum: sum}
-	p.leaf, p.ca, p.problem = bundle.ParseClient(s.Data[corev1.TLSCertKey], s.Data[caKey])
+	p = parsedRequest{rv: cr.ResourceVersion, sum: sum}
+	p.leaf, p.ca, p.problem = bundle.ParseClient(cr.Status.Certificate, cr.Status.CA)
 	if t.parsed == nil {
-		t.parsed = map[types.UID]parsedSecret{}
+		t.parsed = map[types.UID]parsedRequest{}
 	}
-	t.parsed[s.UID] = p
+	t.parsed[cr.UID] = p
 	return p
 }
 

@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,21 +13,66 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/dualca/dualca/test/certs"
 )
 
-// countingReader counts the lists made through it.
+// countingReader counts the lists made through it, by the type listed.
 type countingReader struct {
 	client.Reader
 	lists atomic.Int32
+	mu    sync.Mutex
+	types map[string]int
 }
 
 func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	r.lists.Add(1)
+	r.mu.Lock()
+	if r.types == nil {
+		r.types = map[string]int{}
+	}
+	r.types[fmt.Sprintf("%T", list)]++
+	r.mu.Unlock()
 	return r.Reader.List(ctx, list, opts...)
+}
+
+var agentLabels = map[string]string{"app": "agent"}
+
+// clientCert is a selected Certificate at revision (nil: never issued).
+func clientCert(name string, revision *int) *cmapi.Certificate {
+	return &cmapi.Certificate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: name, UID: types.UID("uid-" + name), Labels: agentLabels},
+		Spec:       cmapi.CertificateSpec{SecretName: name + "-tls"},
+		Status:     cmapi.CertificateStatus{Revision: revision},
+	}
+}
+
+// request is a CertificateRequest as cert-manager makes it for crt at
+// revision, controlled by owner (crt's UID unless another is given),
+// issued with leaf and ca (PEM; nil: not issued yet).
+func request(crt *cmapi.Certificate, revision int, owner types.UID, leaf, ca []byte) *cmapi.CertificateRequest {
+	if owner == "" {
+		owner = crt.UID
+	}
+	return &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: crt.Namespace, Name: fmt.Sprintf("%s-%d-%s", crt.Name, revision, owner), Labels: crt.Labels,
+			Annotations: map[string]string{cmapi.CertificateNameKey: crt.Name, cmapi.CertificateRequestRevisionAnnotationKey: fmt.Sprint(revision)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "cert-manager.io/v1", Kind: "Certificate", Name: crt.Name, UID: owner,
+				Controller: ptr.To(true)}}},
+		Status: cmapi.CertificateRequestStatus{Certificate: leaf, CA: ca},
+	}
+}
+
+func newTracker(g Gomega, objs ...client.Object) (*clientTracker, *countingReader, client.Client) {
+	scheme, err := Scheme()
+	g.Expect(err).NotTo(HaveOccurred())
+	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	reader := &countingReader{Reader: store}
+	return &clientTracker{reader: reader, selector: labels.SelectorFromSet(agentLabels), namespaces: []string{"agents"}}, reader, store
 }
 
 // TestClientReadsListOnlyAfterAChange: a watched tracker lists the clients
@@ -37,8 +84,6 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
-	scheme, err := Scheme()
-	g.Expect(err).NotTo(HaveOccurred())
 	now := time.Now()
 	ca := certs.MustCA(t, "root", 48*time.Hour)
 	_, leaf1, _, err := ca.Leaf("agent-1", now.Add(-time.Hour), now.Add(time.Hour))
@@ -46,21 +91,15 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	leaf2, leaf2PEM, _, err := ca.Leaf("agent-1", now.Add(-time.Minute), now.Add(2*time.Hour))
 	g.Expect(err).NotTo(HaveOccurred())
 
-	crt := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "agent-1", Labels: map[string]string{"app": "agent"}},
-		Spec: cmapi.CertificateSpec{SecretName: "agent-1-tls"}} //nolint:gosec // G101: a Secret's name, no credential
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "agent-1-tls",
-		Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
-		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: leaf1, caKey: ca.CertPEM}}
-	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(crt, secret).Build()
-	reader := &countingReader{Reader: store}
-	tracker := (&clientTracker{reader: reader, selector: labels.SelectorFromSet(labels.Set{"app": "agent"}),
-		namespaces: []string{"agents"}}).watched()
+	crt := clientCert("agent-1", ptr.To(1))
+	tracker, reader, store := newTracker(g, crt, request(crt, 1, "", leaf1, ca.CertPEM))
+	tracker.watched()
 
 	first, views, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(first.Items).To(HaveLen(1))
 	g.Expect(views).To(HaveKey("agents/agent-1"))
-	g.Expect(reader.lists.Load()).To(BeEquivalentTo(2), "Certificates and Secrets listed")
+	g.Expect(reader.lists.Load()).To(BeEquivalentTo(2), "Certificates and CertificateRequests listed")
 	for range 3 {
 		again, _, err := tracker.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -68,8 +107,10 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	}
 	g.Expect(reader.lists.Load()).To(BeEquivalentTo(2), "no event, no list")
 
-	secret.Data[corev1.TLSCertKey] = leaf2PEM
-	g.Expect(store.Update(ctx, secret)).To(Succeed())
+	// cert-manager issues revision 2: its request, then the revision.
+	g.Expect(store.Create(ctx, request(crt, 2, "", leaf2PEM, ca.CertPEM))).To(Succeed())
+	crt.Status.Revision = ptr.To(2)
+	g.Expect(store.Update(ctx, crt)).To(Succeed())
 	tracker.changed()
 	renewed, _, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -83,4 +124,156 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	g.Expect(reader.lists.Load()).To(BeEquivalentTo(8), "a tracker told of no change lists at every read")
+	g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
+}
+
+// TestTheTrackerBelievesOnlyTheCertificatesOwnRequest: a client's
+// certificates are those of the request of its Certificate's current
+// revision that the Certificate controls. What someone who may create
+// requests (or Secrets) in a client namespace adds never becomes a
+// client's credential, and no Secret is read at all.
+func TestTheTrackerBelievesOnlyTheCertificatesOwnRequest(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	root := certs.MustCA(t, "root", 48*time.Hour)
+	forged := certs.MustCA(t, "root", 48*time.Hour) // the root's subject, another key
+	leaf, leafPEM, _, err := root.Leaf("agent", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, forgedPEM, _, err := forged.Leaf("agent", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		leaf    bool // the root's leaf is the client's
+		unknown bool
+		problem string
+	}
+	tests := map[string]struct {
+		objs func(crt *cmapi.Certificate) []client.Object
+		want want
+	}{
+		"the request of the current revision that the Certificate controls is the client's credential": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{request(crt, 3, "", leafPEM, root.CertPEM)}
+			},
+			want: want{leaf: true},
+		},
+		"a request of an older revision says nothing of the current one": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{request(crt, 2, "", leafPEM, root.CertPEM)}
+			},
+			want: want{unknown: true},
+		},
+		"a request claiming the revision that the Certificate does not control is not believed": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{request(crt, 3, "uid-someone-else", forgedPEM, forged.CertPEM)}
+			},
+			want: want{unknown: true},
+		},
+		"a second request claiming the revision with the Certificate as owner makes the client unknown, with a reason": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				copied := request(crt, 3, "", forgedPEM, forged.CertPEM)
+				copied.Name += "-copy"
+				return []client.Object{request(crt, 3, "", leafPEM, root.CertPEM), copied}
+			},
+			want: want{unknown: true, problem: "2 certificate requests claim its revision 3"},
+		},
+		"a request not issued yet tells nothing": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{request(crt, 3, "", nil, nil)}
+			},
+			want: want{unknown: true},
+		},
+		"damaged certificates are a problem and no leaf": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{request(crt, 3, "", []byte("garbage"), root.CertPEM)}
+			},
+			want: want{problem: "tls.crt: has data before the first PEM block"},
+		},
+		"a Secret under the client's name, of cert-manager's shape, is never read": {
+			objs: func(crt *cmapi.Certificate) []client.Object {
+				return []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: crt.Spec.SecretName,
+					Labels:      map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"},
+					Annotations: map[string]string{cmapi.CertificateNameKey: crt.Name}},
+					Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": leafPEM, "ca.crt": root.CertPEM}}}
+			},
+			want: want{unknown: true},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			crt := clientCert("agent", ptr.To(3))
+			tracker, reader, _ := newTracker(g, append(tc.objs(crt), crt)...)
+			cs, views, err := tracker.read(context.Background())
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cs.Items).To(HaveLen(1))
+			c := cs.Items[0]
+			g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
+			if tc.want.leaf {
+				g.Expect(c.Leaf).NotTo(BeNil())
+				g.Expect(c.Leaf.Equal(leaf)).To(BeTrue())
+				g.Expect(c.CA).To(HaveLen(1))
+				g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
+			} else {
+				g.Expect(c.Leaf).To(BeNil(), "no leaf believed")
+			}
+			if tc.want.problem == "" {
+				g.Expect(views["agents/agent"].problem).To(BeEmpty())
+			} else {
+				g.Expect(views["agents/agent"].problem).To(ContainSubstring(tc.want.problem))
+			}
+			g.Expect(reader.types).To(HaveLen(2))
+			g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
+		})
+	}
+}
+
+// TestTheTrackerRemembersACredentialWhoseRequestWasCollected: cert-manager
+// deletes the request of the current revision once the next is under way
+// (revisionHistoryLimit 1); the client still loads that revision's
+// certificates until the next is issued, and the tracker says so. Once the
+// revision moves on without a request to tell it, the client is unknown;
+// a tracker that never saw the request (a restart) knows nothing either.
+func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	r1 := certs.MustCA(t, "root", 48*time.Hour)
+	leaf, leafPEM, _, err := r1.Leaf("agent", now.Add(-time.Hour), now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	crt := clientCert("agent", ptr.To(1))
+	current := request(crt, 1, "", leafPEM, r1.CertPEM)
+	tracker, _, store := newTracker(g, crt, current)
+
+	cs, _, err := tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
+
+	// The renewal is under way: revision 2's request exists, unissued,
+	// and revision 1's is collected.
+	g.Expect(store.Create(ctx, request(crt, 2, "", nil, nil))).To(Succeed())
+	g.Expect(store.Delete(ctx, current)).To(Succeed())
+	cs, views, err := tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items[0].Unknown).To(BeFalse())
+	g.Expect(cs.Items[0].Leaf).NotTo(BeNil(), "revision 1 is still what the client loads")
+	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
+	g.Expect(views["agents/agent"].request).To(BeNil())
+
+	restarted := &clientTracker{reader: tracker.reader, selector: tracker.selector, namespaces: tracker.namespaces}
+	cs, _, err = restarted.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "a tracker that never saw revision 1's request cannot tell its root")
+	g.Expect(cs.Items[0].Leaf).To(BeNil())
+
+	crt.Status.Revision = ptr.To(2)
+	g.Expect(store.Update(ctx, crt)).To(Succeed())
+	cs, _, err = tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "revision 2 is issued but its request does not show it yet: nothing remembered applies")
 }

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -163,12 +162,7 @@ func dueClients(root string, names []string, views map[string]clientView) (map[t
 			inFlight[key] = true
 			continue
 		}
-		d := dueClient{root: root, cert: v.cert}
-		if v.secret != nil {
-			d.secret = &metav1.ObjectMeta{Namespace: v.secret.Namespace, Name: v.secret.Name,
-				UID: v.secret.UID, ResourceVersion: v.secret.ResourceVersion}
-		}
-		due[key] = d
+		due[key] = dueClient{root: root, cert: v.cert, revision: v.cert.Status.Revision}
 	}
 	return due, inFlight
 }

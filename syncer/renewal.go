@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -115,9 +114,9 @@ const actedFor = 30 * time.Second
 
 // dueClient is what the decision knew of a client due for renewal.
 type dueClient struct {
-	// secret is the client's Secret as seen, its identity only; nil when
-	// it had none.
-	secret *metav1.ObjectMeta
+	// revision is the revision of the credential the decision saw the
+	// client hold; nil when it had none.
+	revision *int
 	// root is the fingerprint of the root the client is to move to, the
 	// current one: what its triggers are counted on.
 	root string
@@ -345,7 +344,7 @@ func (w *renewer) next(ctx context.Context) bool {
 
 	acted, err := false, error(nil)
 	if due {
-		acted, err = w.strategy.Renew(ctx, key, d.secret)
+		acted, err = w.strategy.Renew(ctx, key, d.revision)
 	}
 	result := w.settle(key, d.root, acted, err)
 	log := logf.FromContext(ctx).WithValues("client", key.String())

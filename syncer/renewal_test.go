@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
@@ -241,7 +242,7 @@ type countedRenewals struct {
 	by map[types.NamespacedName]int
 }
 
-func (c *countedRenewals) Renew(_ context.Context, key types.NamespacedName, _ *metav1.ObjectMeta) (bool, error) {
+func (c *countedRenewals) Renew(_ context.Context, key types.NamespacedName, _ *int) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.by == nil {
@@ -273,11 +274,10 @@ func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
 			c.Status.LastFailureTime = &metav1.Time{Time: time.Now()}
 			c.Status.Conditions = append(c.Status.Conditions, cmapi.CertificateCondition{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionFalse, Reason: "Failed"})
 		}
-		v := clientView{cert: c, inFlight: issuing(c)}
 		if name != "missing" {
-			v.secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-tls", UID: "uid-" + types.UID(name), ResourceVersion: "7"}}
+			c.Status.Revision = ptr.To(7)
 		}
-		return v
+		return clientView{cert: c, inFlight: issuing(c)}
 	}
 	views := map[string]clientView{
 		"ns/due": crt("due", false, false), "ns/busy": crt("busy", true, false),
@@ -286,34 +286,18 @@ func TestDueClientsSkipsInFlightIssuance(t *testing.T) {
 	due, inFlight := dueClients("R2", []string{"ns/busy", "ns/due", "ns/failed", "ns/missing", "ns/gone"}, views)
 	g.Expect(inFlight).To(Equal(map[types.NamespacedName]bool{key("busy"): true}))
 	g.Expect(due).To(HaveLen(3))
-	g.Expect(due[key("due")]).To(Equal(dueClient{secret: &metav1.ObjectMeta{Namespace: "ns", Name: "due-tls", UID: "uid-due", ResourceVersion: "7"},
-		root: "R2", cert: views["ns/due"].cert}))
+	g.Expect(due[key("due")]).To(Equal(dueClient{revision: ptr.To(7), root: "R2", cert: views["ns/due"].cert}))
 	g.Expect(due[key("failed")].root).To(Equal("R2"), "a failed client is due like any other, counted on the root it is to move to")
-	g.Expect(due[key("missing")].secret).To(BeNil(), "the legacy strategy has nothing to delete")
+	g.Expect(due[key("missing")].revision).To(BeNil(), "never issued: the legacy strategy has nothing to delete")
 	g.Expect(failed(views["ns/failed"].cert)).To(BeTrue())
 	g.Expect(failed(views["ns/busy"].cert)).To(BeFalse(), "a failed client being issued again is in flight, not failed")
 }
 
-func TestClientSecretsAreKeptWithoutTheirKey(t *testing.T) {
-	t.Parallel()
-	g := NewWithT(t)
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cert-manager"}}},
-		Data:       map[string][]byte{"tls.crt": []byte("crt"), "tls.key": []byte("key"), "ca.crt": []byte("ca"), "keystore.p12": []byte("p12")},
-		StringData: map[string]string{"tls.key": "key"},
-	}
-	out, err := publicPartsOnly(s)
-	g.Expect(err).NotTo(HaveOccurred())
-	kept := out.(*corev1.Secret)
-	g.Expect(kept.Data).To(Equal(map[string][]byte{"tls.crt": []byte("crt"), "ca.crt": []byte("ca")}))
-	g.Expect(kept.StringData).To(BeNil())
-	g.Expect(kept.ManagedFields).To(BeNil())
-}
-
-// TestTheClientCacheHoldsNoKey: the client cache keeps the selected
-// Certificates, by their label, and of the Secrets cert-manager wrote only
-// their certificates.
-func TestTheClientCacheHoldsNoKey(t *testing.T) {
+// TestTheClientCacheHoldsNoSecret: the client cache keeps the selected
+// Certificates and their CertificateRequests, both by the client selector,
+// and no Secret at all; of a request only what identifies it and its
+// certificates.
+func TestTheClientCacheHoldsNoSecret(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	o := testOptions()
@@ -322,37 +306,40 @@ func TestTheClientCacheHoldsNoKey(t *testing.T) {
 	g.Expect(opts.DefaultNamespaces).To(HaveLen(2))
 	g.Expect(opts.DefaultNamespaces).To(HaveKey("agents"))
 	g.Expect(opts.DefaultNamespaces).To(HaveKey("edge"))
-	var certs, secrets cache.ByObject
+	var certs, requests cache.ByObject
 	for obj, by := range opts.ByObject {
 		switch obj.(type) {
 		case *cmapi.Certificate:
 			certs = by
-		case *corev1.Secret:
-			secrets = by
+		case *cmapi.CertificateRequest:
+			requests = by
 		default:
 			t.Errorf("the client cache holds %T", obj)
 		}
 	}
 	g.Expect(certs.Label).To(Equal(o.ClientSelector))
-	g.Expect(secrets.Label).To(Equal(clientSecretSelector))
-	out, err := secrets.Transform(&corev1.Secret{Data: map[string][]byte{"tls.crt": []byte("crt"), "tls.key": []byte("key"), "ca.crt": []byte("ca")}})
+	g.Expect(requests.Label).To(Equal(o.ClientSelector), "cert-manager copies the Certificate's labels onto its requests")
+
+	cr := &cmapi.CertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-1-3", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cert-manager"}},
+			Annotations: map[string]string{cmapi.CertificateNameKey: "agent-1", cmapi.CertificateRequestRevisionAnnotationKey: "3",
+				cmapi.CertificateRequestPrivateKeyAnnotationKey: "agent-1-x7k2p", "copied.example/note": "n"}},
+		Spec:   cmapi.CertificateRequestSpec{Request: []byte("csr"), Username: "system:serviceaccount:cert-manager:cert-manager"},
+		Status: cmapi.CertificateRequestStatus{Certificate: []byte("crt"), CA: []byte("ca"), Conditions: []cmapi.CertificateRequestCondition{{Type: "Ready"}}},
+	}
+	out, err := requests.Transform(cr)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out.(*corev1.Secret).Data).NotTo(HaveKey("tls.key"), "no client private key is held")
+	kept := out.(*cmapi.CertificateRequest)
+	g.Expect(kept.Annotations).To(Equal(map[string]string{cmapi.CertificateNameKey: "agent-1", cmapi.CertificateRequestRevisionAnnotationKey: "3"}))
+	g.Expect(kept.Spec).To(BeZero(), "the CSR is of no use")
+	g.Expect(kept.Status).To(Equal(cmapi.CertificateRequestStatus{Certificate: []byte("crt"), CA: []byte("ca")}))
+	g.Expect(kept.ManagedFields).To(BeNil())
 }
 
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
 
 func testOptions() Options {
 	return Options{RenewalQPS: 10, RenewalBurst: 3, PollInterval: 5 * time.Minute, Metrics: NewMetrics(), Clock: clock.RealClock{}}
-}
-
-func TestClientSecretSelector(t *testing.T) {
-	t.Parallel()
-	g := NewWithT(t)
-	g.Expect(clientSecretSelector.Matches(labels.Set{"controller.cert-manager.io/fao": "true", "app": "agent"})).To(BeTrue())
-	g.Expect(clientSecretSelector.Matches(labels.Set{"app": "agent"})).To(BeFalse(), "a Secret cert-manager did not write")
-	g.Expect(clientSecretSelector.Matches(labels.Set{"controller.cert-manager.io/fao": "true", "cert-manager.io/next-private-key": "true"})).
-		To(BeFalse(), "a next-private-key Secret")
 }
 
 func TestProgressOnlyChangesAreTold(t *testing.T) {
@@ -431,7 +418,7 @@ type heldRenewals struct {
 	actedOnKeys []types.NamespacedName
 }
 
-func (h *heldRenewals) Renew(ctx context.Context, key types.NamespacedName, _ *metav1.ObjectMeta) (bool, error) {
+func (h *heldRenewals) Renew(ctx context.Context, key types.NamespacedName, _ *int) (bool, error) {
 	h.mu.Lock()
 	h.open++
 	h.most = max(h.most, h.open)

@@ -125,11 +125,11 @@ func (r *reporter) renewalsQueued(gateway *corev1.Secret, n int, d bundle.Decisi
 		Message: r.strategy.RenewalMessage(clientCount(n), bundle.Short(d.State.Root), r.qps)})
 }
 
-// clients tells, once per client and problem, which selected client
-// Secrets cannot be read: a Warning event on the gateway Secret (where
-// dualca may write events, and where operators look) and a log line. Such
-// a client counts as on no root, so a rotation renews it and its old root
-// is not kept for it.
+// clients tells, once per client and problem, which selected clients'
+// certificates (as their CertificateRequest tells them) cannot be used: a
+// Warning event on the gateway Secret (where dualca may write events, and
+// where operators look) and a log line. Such a client is on no root, so a
+// rotation renews it.
 func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views map[string]clientView) {
 	if r.clientProblems == nil {
 		r.clientProblems = map[string]string{}
@@ -149,17 +149,17 @@ func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views ma
 	for _, name := range changed {
 		problem := views[name].problem
 		r.clientProblems[name] = problem
-		logf.FromContext(ctx).Info("client secret unusable", "client", name, "reason", problem)
-		// The Secret is the related object: the events API folds events
-		// that differ only in their note into one series, and the Secret's
-		// reference (its resourceVersion included) tells clients and
-		// versions of a Secret apart.
-		var related runtime.Object
-		if secret := views[name].secret; secret != nil {
-			related = secret
+		logf.FromContext(ctx).Info("client certificates unusable", "client", name, "reason", problem)
+		// The request (or, when none is believed, the Certificate) is the
+		// related object: the events API folds events that differ only in
+		// their note into one series, and its reference (its
+		// resourceVersion included) tells clients and their versions apart.
+		var related runtime.Object = views[name].cert
+		if cr := views[name].request; cr != nil {
+			related = cr
 		}
 		r.recorder.Eventf(gateway, related, corev1.EventTypeWarning, bundle.ReasonClientInvalid, "Sync",
-			"client %s: %s; it counts as on no root until cert-manager writes its secret again", name, problem)
+			"client %s: %s; it is on no root until cert-manager issues it again", name, problem)
 	}
 }
 

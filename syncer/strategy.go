@@ -7,7 +7,6 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
@@ -32,9 +31,10 @@ type Strategy interface {
 	// Phase is the phase label of the dualca_phase metric for d.
 	Phase(d bundle.Decision) string
 	// Renew acts on one client due for renewal: crt is its Certificate,
-	// secret its Secret as the decision saw it (nil when it had none). It
-	// reports whether it acted (false: there was nothing to do).
-	Renew(ctx context.Context, crt types.NamespacedName, secret *metav1.ObjectMeta) (bool, error)
+	// revision the revision of the credential the decision saw it hold
+	// (nil when it had none). It reports whether it acted (false: there
+	// was nothing to do).
+	Renew(ctx context.Context, crt types.NamespacedName, revision *int) (bool, error)
 	// RenewalMethod is the renewals metric's method label.
 	RenewalMethod() string
 	// RenewalMessage is the event message telling that clients (say, "3
@@ -46,7 +46,7 @@ type Strategy interface {
 // certs reads the client Certificates, from a cache when there is one.
 func newStrategy(o Options, api, certs client.Reader, writer client.Client) Strategy {
 	if o.Legacy {
-		return legacy.Strategy{Writer: writer}
+		return legacy.Strategy{Reader: api, Writer: writer}
 	}
 	return &zeroDowntime{
 		timings: bundle.Timings{TrustPropagationDelay: o.TrustPropagationDelay, ServerSwitchGrace: o.ServerSwitchGrace},
@@ -86,7 +86,7 @@ func (z *zeroDowntime) RenewalMessage(clients, root string, qps float64) string 
 // Certificate: the update carries its resourceVersion, so a cache behind
 // the API server only costs a conflict, after which the Certificate is read
 // fresh. That is one request per client instead of two.
-func (z *zeroDowntime) Renew(ctx context.Context, key types.NamespacedName, _ *metav1.ObjectMeta) (bool, error) {
+func (z *zeroDowntime) Renew(ctx context.Context, key types.NamespacedName, _ *int) (bool, error) {
 	triggered := false
 	from := z.cache
 	if from == nil {

@@ -106,7 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		// The tracker hears of each change first, so that reconcile lists
 		// the clients afresh.
 		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed))).
-			WatchesRawSource(source.Kind(c.clients, &corev1.Secret{}, waitingWorkItem[*corev1.Secret](r.request(), r.clientEventWait, r.clients.changed)))
+			WatchesRawSource(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed)))
 	}
 	return b.Complete(r)
 }

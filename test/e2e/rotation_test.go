@@ -235,11 +235,9 @@ func TestABrokenClientDelaysTheSwitchUntilTheGracePeriod(t *testing.T) {
 
 // expectCacheHoldsOnlyWhatItNeeds: a cache holds what it listed and
 // watched, and dualca listed and watched the selected Certificates only
-// (not the root's Certificate beside them), by their label, and of the
-// Secrets only its two (by name) and those cert-manager writes for
-// Certificates (by cert-manager's label). That the client cache keeps no
-// private key is its transform's work, checked in package syncer on the
-// cache's own options.
+// (not the root's Certificate beside them) and their CertificateRequests,
+// both by the clients' label, and of the Secrets only its two, by name:
+// no list of the namespace's Secrets, cert-manager's included.
 func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
 	s.t.Helper()
 	selector := labels.SelectorFromSet(labels.Set{clientLabel: "agent"}).String()
@@ -252,24 +250,22 @@ func (s *scenario) expectCacheHoldsOnlyWhatItNeeds() {
 		switch r.Resource {
 		case "certificates":
 			s.g.Expect(r.LabelSelector).To(Equal(selector), "%s: the selected Certificates only", r)
+		case "certificaterequests":
+			s.g.Expect(r.LabelSelector).To(Equal(selector), "%s: the selected Certificates' requests only", r)
 		case "secrets":
-			if r.LabelSelector == "" {
-				s.g.Expect(r.Name).To(BeElementOf(rootName, gatewayName), "%s: one Secret by name, or cert-manager's", r)
-				continue
-			}
-			sel, err := labels.Parse(r.LabelSelector)
-			s.g.Expect(err).NotTo(HaveOccurred())
-			s.g.Expect(sel.Matches(labels.Set{cmapi.PartOfCertManagerControllerLabelKey: "true"})).To(BeTrue(), "%s", r)
-			s.g.Expect(sel.Matches(labels.Set{})).To(BeFalse(), "%s: Secrets cert-manager wrote only", r)
+			// No Secret of a client namespace is read, cert-manager's
+			// included: the clients' certificates come from their requests.
+			s.g.Expect(r.Name).To(BeElementOf(rootName, gatewayName), "%s: one Secret by name, never a list", r)
 		case "configmaps":
 			s.g.Expect(r.Name).To(Equal(syncer.DefaultStatusConfigMap(types.NamespacedName{Namespace: s.ns, Name: gatewayName},
 				types.NamespacedName{Namespace: s.ns}).Name), "%s: the status ConfigMap by name, for the operator's controls", r)
 		default:
-			s.g.Expect(r.Resource).To(BeElementOf("certificates", "secrets", "configmaps"), "%s: nothing else is cached", r)
+			s.g.Expect(r.Resource).To(BeElementOf("certificates", "certificaterequests", "secrets", "configmaps"), "%s: nothing else is cached", r)
 		}
 		cached[r.Verb+" "+r.Resource] = true
 	}
 	s.g.Expect(cached).To(HaveKey("watch certificates"))
+	s.g.Expect(cached).To(HaveKey("watch certificaterequests"))
 	// What the API server answers that list: the clients, not the root's Certificate.
 	var crts cmapi.CertificateList
 	s.g.Expect(s.c.Client.List(s.ctx, &crts, client.InNamespace(s.ns), client.MatchingLabels{clientLabel: "agent"})).To(Succeed())
