@@ -15,23 +15,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/issuance"
 )
 
 // clientLabel selects the client Certificates of these tests.
 var clientLabel = map[string]string{"dualca.io/client": "agent"}
 
-// badClient is a selected client whose Secret dualca must not trust, and
-// the reason an operator is told.
+// badClient is a selected client whose certificates, as its
+// CertificateRequest tells them, dualca must not trust, and the reason an
+// operator is told.
 type badClient struct {
-	name string
-	// secretName is the Certificate's secretName; default: its own name.
-	secretName string
-	typ        corev1.SecretType
-	data       map[string][]byte
-	reason     string
+	name   string
+	data   map[string][]byte
+	reason string
 }
 
 func badClients(t *testing.T, root *certs.CA) []badClient {
@@ -60,8 +60,6 @@ func badClients(t *testing.T, root *certs.CA) []badClient {
 		{name: "other-issuer", data: tls(leaf.CertPEM, other.CertPEM), reason: "tls.crt: not issued by any certificate of ca.crt"},
 		{name: "same-name-other-key", data: tls(leaf.CertPEM, sameName.CertPEM), reason: "tls.crt: not issued by any certificate of ca.crt"},
 		{name: "no-ca", data: map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM}, reason: "ca.crt: missing"},
-		{name: "opaque", typ: corev1.SecretTypeOpaque, data: tls(leaf.CertPEM, root.CertPEM), reason: `has type "Opaque"`},
-		{name: "points-elsewhere", secretName: "good-0", reason: `secret good-0 was issued for Certificate "good-0"`},
 	}
 }
 
@@ -72,18 +70,14 @@ func TestABadClientNeverReachesTheGateway(t *testing.T) {
 	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
 	d, r1 := s.startOnFirstRoot(o.Syncer())
 	for i := range 3 {
-		s.putClient(fmt.Sprintf("good-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
+		s.putClient(fmt.Sprintf("good-%d", i), s.issueClient(r1))
 	}
 	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, Equal("renewed=3 pending=0 failed=0"))))
 	before := s.gatewaySecret()
 
 	cases := badClients(t, r1)
 	for _, bad := range cases {
-		typ := bad.typ
-		if typ == "" {
-			typ = corev1.SecretTypeTLS
-		}
-		s.putClient(bad.name, bad.secretName, typ, bad.data)
+		s.putClient(bad.name, bad.data)
 		// The reason reaches the operator as a Warning event naming the client...
 		s.g.Eventually(s.events).Should(ContainElement(And(
 			HavePrefix(bundle.ReasonClientInvalid+": client "+s.ns+"/"+bad.name+": "),
@@ -98,6 +92,27 @@ func TestABadClientNeverReachesTheGateway(t *testing.T) {
 	}
 	s.g.Expect(len(cases)).To(BeNumerically(">=", 10))
 	t.Logf("%d bad clients reported, each with its own event and log line; the gateway's data unchanged", len(cases))
+
+	// Anyone who may create CertificateRequests in the namespace can copy
+	// a request's annotations and controller reference: a second request
+	// claiming good-1's revision, with a CA of its own, makes good-1
+	// unknown and is told; nothing of it reaches the gateway.
+	ctx := context.Background()
+	var genuine cmapi.CertificateRequest
+	s.g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: s.ns, Name: issuance.RequestName("good-1", 1)}, &genuine)).To(Succeed())
+	impostor := certs.MustCA(t, r1.Cert.Subject.CommonName, time.Hour)
+	forgedLeaf := certs.MustNew(t, "good-1", time.Now().Add(-time.Minute), time.Now().Add(time.Hour), certs.Options{}, impostor)
+	copied := &cmapi.CertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "good-1-copy",
+		Labels: genuine.Labels, Annotations: genuine.Annotations, OwnerReferences: genuine.OwnerReferences},
+		Spec: genuine.Spec}
+	s.g.Expect(k8s.Create(ctx, copied)).To(Succeed())
+	copied.Status = cmapi.CertificateRequestStatus{Certificate: forgedLeaf.CertPEM, CA: impostor.CertPEM}
+	s.g.Expect(k8s.Status().Update(ctx, copied)).To(Succeed())
+	s.g.Eventually(s.events).Should(ContainElement(And(
+		HavePrefix(bundle.ReasonClientInvalid+": client "+s.ns+"/good-1: "),
+		ContainSubstring("2 certificate requests claim its revision 1"))))
+	after := s.gatewaySecret()
+	s.g.Expect(after.Data).To(Equal(before.Data), "a copied request changes nothing of the gateway")
 
 	// A rotation with all of them selected: the bundle holds the two roots
 	// and nothing any bad client carried, the good clients are renewed.
@@ -116,26 +131,20 @@ func (s *setup) issueClient(root *certs.CA) map[string][]byte {
 	return map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM}
 }
 
-// putClient creates a selected Certificate and, unless data is nil, the
-// Secret it names, labelled and annotated as cert-manager does.
-func (s *setup) putClient(name, secretName string, typ corev1.SecretType, data map[string][]byte) {
+// putClient creates a selected Certificate and, unless data is nil, issues
+// it with data (tls.crt, tls.key, ca.crt) as cert-manager would: its
+// request, its Secret, its revision.
+func (s *setup) putClient(name string, data map[string][]byte) {
 	s.t.Helper()
 	ctx := context.Background()
-	if secretName == "" {
-		secretName = name
-	}
-	s.g.Expect(k8s.Create(ctx, &cmapi.Certificate{
+	crt := &cmapi.Certificate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name, Labels: clientLabel},
-		Spec: cmapi.CertificateSpec{CommonName: name, SecretName: secretName,
+		Spec: cmapi.CertificateSpec{CommonName: name, SecretName: name,
 			IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
-	})).To(Succeed())
+	}
+	s.g.Expect(k8s.Create(ctx, crt)).To(Succeed())
 	if data == nil {
 		return
 	}
-	s.g.Expect(k8s.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: secretName,
-			Labels:      map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"},
-			Annotations: map[string]string{cmapi.CertificateNameKey: name}},
-		Type: typ, Data: data,
-	})).To(Succeed())
+	s.g.Expect(issuance.Issue(ctx, k8s, crt, data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data["ca.crt"])).To(Succeed())
 }

@@ -34,11 +34,11 @@ func TestALostGatewayIsRestoredFromTheRecord(t *testing.T) {
 	s.putRoot(r1)
 	d := s.start(o.Syncer())
 	for i := range 3 {
-		s.putClient(fmt.Sprintf("agent-%d", i), "", corev1.SecretTypeTLS, s.issueClient(r1))
+		s.putClient(fmt.Sprintf("agent-%d", i), s.issueClient(r1))
 	}
 	// A client Secret carrying a CA of its own, which signed its leaf.
 	intruder := certs.MustCA(t, "intruder", time.Hour)
-	s.putClient("intruder", "", corev1.SecretTypeTLS, s.issueClient(intruder))
+	s.putClient("intruder", s.issueClient(intruder))
 	s.g.Eventually(s.getGateway).Should(HaveField("Annotations", HaveKeyWithValue(bundle.AnnotationClients, "renewed=3 pending=1 failed=0")))
 
 	r2 := s.newRoot("agents-root")
