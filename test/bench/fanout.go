@@ -64,7 +64,6 @@ func (b *bench) createIssued(ctx context.Context, ns string, root *certs.CA, fro
 			name := name(i)
 			// One key for all, a certificate each: signing is cheap, key
 			// generation is not, and dualca checks each leaf on its own.
-			// The key's one CSR is signed once too (test/issuance).
 			leaf, err := certs.New(name, now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{Key: key}, root)
 			if err != nil {
 				return err
@@ -87,6 +86,14 @@ func (b *bench) createIssued(ctx context.Context, ns string, root *certs.CA, fro
 // selects n clients on the old root, and times how it sets their Issuing
 // condition at its --renewal-qps (qps). No cert-manager runs.
 func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p *process, next *certs.CA, n int, qps float64) (fanoutResult, error) {
+	// dualca must first see every client on the old root, from its
+	// request: it would trigger clients it cannot see too, as on no root,
+	// and the fan-out would time a world that the fabrication got wrong.
+	if _, err := gw.waitFor(ctx, 0, time.Minute, fmt.Sprintf("all %d clients seen on the old root", n), func(v version) bool {
+		return v.state.Clients != nil && v.state.Clients.Renewed == n
+	}); err != nil {
+		return fanoutResult{}, err
+	}
 	triggered, err := b.watchIssuing(ctx, w.ns)
 	if err != nil {
 		return fanoutResult{}, err
