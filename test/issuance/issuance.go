@@ -3,17 +3,18 @@
 // without a running cert-manager.
 //
 // dualca learns a client's credential from the CertificateRequest of the
-// Certificate's current revision, not from the client's Secret, so a fabricated client must be the whole of what
-// cert-manager leaves behind, in cert-manager's order: the request, its
-// status, the Secret, the Certificate's status.revision, and the older
-// requests garbage-collected. Writing any part of it by hand elsewhere makes
-// a test pass against a world cert-manager never makes; this package is the
-// one place that knows the shape, so that it changes in one place when
-// cert-manager's does.
+// Certificate's current revision, not from the client's Secret, so a
+// fabricated client must be the whole of what cert-manager leaves behind,
+// in cert-manager's order: the request, its status, the Secret, the
+// Certificate's status.revision, and the older requests garbage-collected.
+// Writing any part of it by hand elsewhere makes a test pass against a world
+// cert-manager never makes; this package is the one place that knows the
+// shape, so that it changes in one place when cert-manager's does.
 //
-// Issue sends four requests for a Certificate's first issuance and one more
-// (a list) for each re-issue, with no read before a write: the benchmark
-// fabricates tens of thousands of clients through it.
+// A first issuance is four writes and no read: the benchmark fabricates
+// tens of thousands of clients through it. A re-issue reads the Secret
+// before it updates it, and past the revision history limit lists the
+// Certificate's requests and deletes the older ones.
 package issuance
 
 import (
