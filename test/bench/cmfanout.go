@@ -42,7 +42,7 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 	}
 	began := time.Now()
 	n := b.opts.fanout
-	names, err := b.cluster.CreateClients(ctx, ns, issuer, "agent", n, map[string]string{clientLabel: "agent"})
+	names, err := b.cluster.CreateClients(ctx, ns, issuer, "agent", n, selected)
 	if err != nil {
 		return err
 	}

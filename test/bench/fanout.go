@@ -15,12 +15,12 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/issuance"
 )
 
 // clientLabel selects the client Certificates dualca tracks.
@@ -29,14 +29,26 @@ const clientLabel = "bench.dualca.io/client"
 // clientName is the name of the i-th client Certificate and its Secret.
 func clientName(i int) string { return fmt.Sprintf("client-%05d", i) }
 
-// createClients creates n selected Certificates, each with a Secret as
-// cert-manager writes it: a leaf of its own from root, ca.crt holding root.
-// No cert-manager runs: nothing issues them, and none needs to be issued.
+// selected labels the clients dualca selects (--client-selector).
+var selected = map[string]string{clientLabel: "agent"}
+
+// createClients creates n selected Certificates, each issued as cert-manager
+// issues it (see createIssued). No cert-manager runs: nothing issues them
+// again, and none needs to be until a rotation triggers them.
 func (b *bench) createClients(ctx context.Context, ns string, root *certs.CA, n int) error {
 	return b.createClientRange(ctx, ns, root, 0, n)
 }
 
 func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA, from, to int) error {
+	return b.createIssued(ctx, ns, root, from, to, clientName, selected)
+}
+
+// createIssued creates the Certificates name(i), from <= i < to, labelled
+// labels, and issues each as cert-manager would (test/issuance: its
+// CertificateRequest with the certificate, its Secret, its revision), with
+// a leaf of its own from root and ca.crt holding root: dualca reads what
+// cert-manager writes, so the benchmark writes all of it.
+func (b *bench) createIssued(ctx context.Context, ns string, root *certs.CA, from, to int, name func(int) string, labels map[string]string) error {
 	if to <= from {
 		return nil
 	}
@@ -49,7 +61,7 @@ func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA
 	g.SetLimit(16)
 	for i := from; i < to; i++ {
 		g.Go(func() error {
-			name := clientName(i)
+			name := name(i)
 			// One key for all, a certificate each: signing is cheap, key
 			// generation is not, and dualca checks each leaf on its own.
 			leaf, err := certs.New(name, now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{Key: key}, root)
@@ -57,19 +69,14 @@ func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA
 				return err
 			}
 			crt := &cmapi.Certificate{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clientLabel: "agent"}},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 				Spec: cmapi.CertificateSpec{CommonName: name, SecretName: name,
 					IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
 			}
 			if err := b.cluster.Client.Create(ctx, crt); err != nil {
 				return err
 			}
-			s := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
-				Type:       corev1.SecretTypeTLS,
-				Data:       map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM},
-			}
-			return b.cluster.Client.Create(ctx, s)
+			return issuance.Issue(ctx, b.cluster.Client, crt, leaf.CertPEM, leaf.KeyPEM, root.CertPEM)
 		})
 	}
 	return g.Wait()
@@ -79,6 +86,14 @@ func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA
 // selects n clients on the old root, and times how it sets their Issuing
 // condition at its --renewal-qps (qps). No cert-manager runs.
 func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p *process, next *certs.CA, n int, qps float64) (fanoutResult, error) {
+	// dualca must first see every client on the old root, from its
+	// request: it would trigger clients it cannot see too, as on no root,
+	// and the fan-out would time a world that the fabrication got wrong.
+	if _, err := gw.waitFor(ctx, 0, time.Minute, fmt.Sprintf("all %d clients seen on the old root", n), func(v version) bool {
+		return v.state.Clients != nil && v.state.Clients.Renewed == n
+	}); err != nil {
+		return fanoutResult{}, err
+	}
 	triggered, err := b.watchIssuing(ctx, w.ns)
 	if err != nil {
 		return fanoutResult{}, err
@@ -123,7 +138,7 @@ func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, err
 	}
 	// The clients only: the root's own Certificate turns Issuing too, when
 	// the benchmark rotates it, and would start the span early.
-	clients := client.MatchingLabels{clientLabel: "agent"}
+	clients := client.MatchingLabels(selected)
 	var list cmapi.CertificateList
 	if err := wc.List(ctx, &list, client.InNamespace(ns), clients, client.Limit(1)); err != nil {
 		return nil, err

@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 )
@@ -264,26 +262,17 @@ func (b *bench) createUnrelated(ctx context.Context, namespaces []string, n int)
 	return g.Wait()
 }
 
-// createLabelledSecrets creates n Secrets as cert-manager writes them (its
-// label, a leaf from root) that belong to no Certificate.
-func (b *bench) createLabelledSecrets(ctx context.Context, ns string, root *certs.CA, n int) error {
-	now := time.Now()
-	leaf, err := certs.New("orphan", now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{}, root)
-	if err != nil {
-		return err
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i := range n {
-		g.Go(func() error {
-			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("orphan-%05d", i), Labels: map[string]string{cmapi.PartOfCertManagerControllerLabelKey: "true"}},
-				Type: corev1.SecretTypeTLS,
-				Data: map[string][]byte{corev1.TLSCertKey: leaf.CertPEM, corev1.TLSPrivateKeyKey: leaf.KeyPEM, "ca.crt": root.CertPEM}}
-			_, err := b.cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{})
-			return err
-		})
-	}
-	return g.Wait()
+// unselectedName is the name of the i-th Certificate of no selected client,
+// and of its Secret.
+func unselectedName(i int) string { return fmt.Sprintf("other-%05d", i) }
+
+// createUnselected creates n Certificates another team could have beside
+// the clients, in a client namespace, issued by cert-manager (their
+// requests and Secrets), whose label value the client selector does not
+// match: objects of exactly the kinds dualca caches there, none of which it
+// may cache.
+func (b *bench) createUnselected(ctx context.Context, ns string, root *certs.CA, n int) error {
+	return b.createIssued(ctx, ns, root, 0, n, unselectedName, map[string]string{clientLabel: "other"})
 }
 
 // memoryPoint is the three resident sets in one condition.

@@ -543,8 +543,8 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("")
 	p("## Cost against selected clients")
 	p("")
-	p("For each count, a namespace of its own with that many Certificates and cert-manager-labelled Secrets, each a")
-	p("leaf of its own from the old root (created directly, nothing issues them), and a fresh dualca with")
+	p("For each count, a namespace of its own with that many Certificates, each issued with a leaf of its own from the")
+	p("old root (its CertificateRequest, Secret and revision written directly as cert-manager writes them), and a fresh dualca with")
 	p("`--renewal-qps=%d`. First sync is process start to the readiness probe's 200 (the first reconcile wrote the", scaleQPS)
 	p("gateway). Reconcile time at rest is controller-runtime's histogram over %d touches of the root's annotations", r.touches)
 	p("and the polls meanwhile, its quantiles the upper bounds of the buckets holding them. The fan-out rotates the")
@@ -579,7 +579,7 @@ func (r *report) writeScale(p func(string, ...any)) {
 	for _, s := range r.scale {
 		if s.orphans > 0 {
 			p("")
-			p("With %d cert-manager-labelled Secrets of no selected client in a second client namespace, a fresh dualca with %d clients holds %s, against %s without them (%+.1f %%).",
+			p("With %d issued Certificates of no selected client (each with its CertificateRequest and Secret) in a second client namespace, a fresh dualca with %d clients holds %s, against %s without them (%+.1f %%).",
 				s.orphans, s.clients, mib(s.orphanRSS), mib(s.rss), (float64(s.orphanRSS)/float64(s.rss)-1)*100)
 		}
 	}

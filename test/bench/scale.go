@@ -12,13 +12,14 @@ import (
 )
 
 // scale measures how dualca's cost grows with the selected clients: for
-// each count, a namespace of its own with that many Certificates and
-// cert-manager-labelled Secrets (each a leaf of its own from the old root,
-// created directly: nothing issues them), a fresh dualca, the time to its
-// first sync, its resident memory, its reconcile time at rest, and the
-// fan-out of renewal triggers at --renewal-qps=500 when the root rotates.
-// Last, 10,000 cert-manager-labelled Secrets that belong to no selected
-// client join a client namespace, and the memory is measured again.
+// each count, a namespace of its own with that many Certificates issued as
+// cert-manager issues them (each a leaf of its own from the old root, its
+// CertificateRequest and Secret written directly: nothing issues them), a
+// fresh dualca, the time to its first sync, its resident memory, its
+// reconcile time at rest, and the fan-out of renewal triggers at
+// --renewal-qps=500 when the root rotates. Last, 10,000 issued Certificates
+// of no selected client join a client namespace, and the memory is
+// measured again.
 func (b *bench) scale(ctx context.Context) error {
 	b.report.touches = b.opts.touches
 	for i, n := range b.opts.scale {
@@ -55,7 +56,7 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scaleP
 	if err := b.createClients(ctx, w.ns, roots[0], n); err != nil {
 		return scalePoint{}, err
 	}
-	b.log("created %d client Certificates and Secrets in %s", n, time.Since(began).Round(time.Second))
+	b.log("created and issued %d client Certificates in %s", n, time.Since(began).Round(time.Second))
 	gw, err := w.watchSecret(ctx, gatewayName)
 	if err != nil {
 		return scalePoint{}, err
@@ -133,14 +134,15 @@ func (b *bench) reconcileAtRest(ctx context.Context, w *world, p *process) (hist
 	return quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), nil
 }
 
-// orphanSecrets is how many cert-manager-labelled Secrets of no selected
-// client join a client namespace.
-const orphanSecrets = 10000
+// orphanCertificates is how many issued Certificates of no selected client
+// join a client namespace.
+const orphanCertificates = 10000
 
-// orphans adds cert-manager-labelled Secrets of no selected client in a
-// second client namespace and measures a fresh dualca's memory.
+// orphans adds issued Certificates of no selected client (each with its
+// CertificateRequest and Secret) in a second client namespace and measures
+// a fresh dualca's memory: it must cache none of them.
 func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int64, error) {
-	n := min(orphanSecrets, b.opts.scale[len(b.opts.scale)-1])
+	n := min(orphanCertificates, b.opts.scale[len(b.opts.scale)-1])
 	ns := w.ns + "-orphans"
 	if err := b.cluster.CreateNamespace(ctx, ns); err != nil {
 		return 0, 0, err
@@ -149,7 +151,7 @@ func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int6
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := b.createLabelledSecrets(ctx, ns, roots[0], n); err != nil {
+	if err := b.createUnselected(ctx, ns, roots[0], n); err != nil {
 		return 0, 0, err
 	}
 	var withOrphans []string
@@ -175,8 +177,8 @@ type scalePoint struct {
 	rss       int64
 	reconcile histogramQuantiles
 	fanout    fanoutResult
-	// orphans and orphanRSS: the cert-manager-labelled Secrets of no
-	// selected client added, and a fresh dualca's memory then.
+	// orphans and orphanRSS: the issued Certificates of no selected
+	// client added, and a fresh dualca's memory then.
 	orphans   int
 	orphanRSS int64
 }

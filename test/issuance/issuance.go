@@ -3,27 +3,27 @@
 // without a running cert-manager.
 //
 // dualca learns a client's credential from the CertificateRequest of the
-// Certificate's current revision, not from the client's Secret, so a fabricated client must be the whole of what
-// cert-manager leaves behind, in cert-manager's order: the request, its
-// status, the Secret, the Certificate's status.revision, and the older
-// requests garbage-collected. Writing any part of it by hand elsewhere makes
-// a test pass against a world cert-manager never makes; this package is the
-// one place that knows the shape, so that it changes in one place when
-// cert-manager's does.
+// Certificate's current revision, not from the client's Secret, so a
+// fabricated client must be the whole of what cert-manager leaves behind,
+// in cert-manager's order: the request, its status, the Secret, the
+// Certificate's status.revision, and the older requests garbage-collected.
+// Writing any part of it by hand elsewhere makes a test pass against a world
+// cert-manager never makes; this package is the one place that knows the
+// shape, so that it changes in one place when cert-manager's does.
 //
-// Issue sends four requests for a Certificate's first issuance and one more
-// (a list) for each re-issue, with no read before a write: the benchmark
-// fabricates tens of thousands of clients through it.
+// A first issuance is four writes and no read: the benchmark fabricates
+// tens of thousands of clients through it. A re-issue reads the Secret
+// before it updates it, and past the revision history limit lists the
+// Certificate's requests and deletes the older ones.
 package issuance
 
 import (
 	"context"
-	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -75,13 +75,12 @@ func RequestName(crtName string, revision int) string {
 // status (revision N+1, Ready, no Issuing condition, the leaf's validity);
 // then it deletes crt's requests of older revisions beyond
 // crt.spec.revisionHistoryLimit (default 1). Nothing is checked about the
-// PEM given, so that bad-input tests can issue damaged credentials, except
-// that keyPEM must be a private key: the request carries a CSR it signs.
+// PEM given, so that bad-input tests can issue damaged credentials.
 func Issue(ctx context.Context, c client.Client, crt *cmapi.Certificate, leafPEM, keyPEM, caPEM []byte) error {
 	if crt.UID == "" {
 		return fmt.Errorf("issue %s/%s: the Certificate has no UID: create it first", crt.Namespace, crt.Name)
 	}
-	csr, err := requestFor(keyPEM)
+	csr, err := request()
 	if err != nil {
 		return fmt.Errorf("issue %s/%s: %w", crt.Namespace, crt.Name, err)
 	}
@@ -292,20 +291,14 @@ func firstCertificate(data []byte) *x509.Certificate {
 	return c
 }
 
-// csrs holds one CSR per private key, by the key PEM's SHA-256: dualca
-// never reads spec.request, so the benchmark's clients, which share a key,
-// share one CSR, signed once.
-var csrs sync.Map // [sha256.Size]byte → []byte
-
-// requestFor is a CSR PEM signed by keyPEM, for a request's spec.request,
-// which the CRD requires. It names no subject: it is shared by every
-// Certificate of the key, and no issuer reads it.
-func requestFor(keyPEM []byte) ([]byte, error) {
-	sum := sha256.Sum256(keyPEM)
-	if csr, ok := csrs.Load(sum); ok {
-		return csr.([]byte), nil
-	}
-	key, err := parseKey(keyPEM)
+// request is the CSR PEM every request carries as spec.request, which the
+// CRD requires: one, signed once by a key of its own, shared by every
+// request. Its key is not the client's: no issuer signs it here and dualca
+// never reads it, and one CSR spares the benchmark's tens of thousands of
+// clients a signature each and this package a private key parser (bundle
+// has the strict one).
+var request = sync.OnceValues(func() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
@@ -313,38 +306,5 @@ func requestFor(keyPEM []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing a CSR: %w", err)
 	}
-	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-	csrs.Store(sum, csr)
-	return csr, nil
-}
-
-// parseKey reads a private key in any form cert-manager writes: PKCS#1,
-// SEC1 or PKCS#8.
-func parseKey(keyPEM []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(keyPEM)
-	if block == nil {
-		return nil, errors.New("tls.key: no PEM block")
-	}
-	var (
-		key any
-		err error
-	)
-	switch block.Type {
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("tls.key: a %q PEM block, not a private key", block.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tls.key: %w", err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("tls.key: a %T cannot sign", key)
-	}
-	return signer, nil
-}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+})
