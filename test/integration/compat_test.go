@@ -14,8 +14,8 @@ import (
 // test-compat runs this suite against each of them.
 
 // TestEveryCacheFillsThroughAStreamingList: client-go fills each of
-// dualca's four caches (the root, the gateway, the client Certificates and
-// the client Secrets) with a watch that sends the current objects first,
+// dualca's caches (the root, the gateway, the status ConfigMap, the client
+// Certificates and their CertificateRequests) with a watch that sends the current objects first,
 // which every supported API server serves, so dualca sends no list at all.
 // On an API server without streaming lists client-go would fall back to
 // lists, which the chart's Roles also grant; this test would then fail and
@@ -43,7 +43,7 @@ func TestEveryCacheFillsThroughAStreamingList(t *testing.T) {
 			"secrets " + s.root.Name:    true,
 			"secrets " + s.gateway.Name: true,
 			"certificates ":             true, // by label
-			"secrets ":                  true, // the client Secrets, by label
+			"certificaterequests ":      true, // the clients' requests, by label
 			"configmaps " + syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway)).Name: true, // the status
 
 		}), "each cache streamed its initial list")
