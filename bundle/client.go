@@ -21,11 +21,13 @@ type Client struct {
 	// CertificateRequest of its current revision is gone (cert-manager
 	// garbage-collects it while the next one is in flight) and dualca has
 	// no memory of it (a restart, or the CR deleted by hand). Leaf and CA
-	// are nil. Every decision treats it fail-safe: it uses every root, so
-	// none is retired for want of users while it is unknown (an expired
-	// root still leaves), and it is on no root, so it counts as pending,
-	// holds the switch until the grace period forces it, and is due for
-	// renewal, which brings it back into view.
+	// are nil. Every decision treats it fail-safe, whatever a stale Leaf
+	// might say: it uses every root, so none is retired for want of users
+	// while it is unknown (an expired root still leaves), and it is on no
+	// root, so it counts as pending, holds the switch until the grace
+	// period forces it, and is due for renewal, which brings it back into
+	// view. The legacy strategy never deletes its Secret: it cannot see
+	// what it would delete.
 	Unknown bool
 }
 
