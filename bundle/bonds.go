@@ -11,27 +11,38 @@ import (
 // bond is what one client has to do with one root, whatever the time:
 // whether its leaf chains to the root, and whether its ca.crt holds it.
 // Whether the client still uses the root then depends only on its leaf's
-// expiry.
+// expiry. An Unknown client's bond is unknown: whatever its leaf and
+// ca.crt are, dualca cannot see them, so it must assume the worst of each
+// question (uses the root: yes; on it: no).
 type bond struct {
 	chains, trusts bool
+	unknown        bool
 }
 
 func bondOf(sigs *Signatures, c *Client, root *x509.Certificate) bond {
+	if c.Unknown {
+		// Leaf and CA are nil by contract; were they not, they would be a
+		// stale view, not the credential the client loads.
+		return bond{unknown: true}
+	}
 	return bond{
 		chains: c.Leaf != nil && sigs.ChainsTo(c.Leaf, root),
 		trusts: slices.ContainsFunc(c.CA, func(ca *x509.Certificate) bool { return bytes.Equal(ca.Raw, root.Raw) }),
 	}
 }
 
-// uses: the client's unexpired leaf chains to the root.
+// uses: the client's unexpired leaf chains to the root, or the client is
+// unknown and may depend on it. An unknown client has no expiry to wait
+// for: the root itself expiring is what lets it go (retire.go).
 func (b bond) uses(c *Client, now time.Time) bool {
-	return b.chains && !now.After(c.Leaf.NotAfter)
+	return b.unknown || b.chains && !now.After(c.Leaf.NotAfter)
 }
 
 // on: the client uses the root and trusts it, so it will accept a server
-// credential from it.
+// credential from it. An unknown client is on no root: counting it renewed
+// could switch the server away from the root it verifies with.
 func (b bond) on(c *Client, now time.Time) bool {
-	return b.trusts && b.uses(c, now)
+	return !b.unknown && b.trusts && b.uses(c, now)
 }
 
 // bonds remembers, for one root, the bond of each client of a list: a
@@ -55,16 +66,20 @@ type bonds struct {
 }
 
 // bondCerts identifies what a client's bond is computed from: its leaf, and
-// its ca.crt by the first certificate and how many it holds. The tracker
-// parses a Secret into new values when its content changes, and never
-// modifies what it returned.
+// its ca.crt by the first certificate and how many it holds, and whether it
+// is unknown. The tracker parses a Secret into new values when its content
+// changes, and never modifies what it returned. Without unknown, an unknown
+// client and a known one with no leaf and no ca.crt (a missing Secret)
+// would share a key, and so a bond: the unknown one would use no root, or
+// the missing one every root.
 type bondCerts struct {
 	leaf, ca *x509.Certificate
 	cas      int
+	unknown  bool
 }
 
 func certsOf(c *Client) bondCerts {
-	k := bondCerts{leaf: c.Leaf, cas: len(c.CA)}
+	k := bondCerts{leaf: c.Leaf, cas: len(c.CA), unknown: c.Unknown}
 	if len(c.CA) > 0 {
 		k.ca = c.CA[0]
 	}
@@ -101,7 +116,7 @@ func (s *Signatures) eachBond(items []Client, root *x509.Certificate, f func(c *
 	defer l.mu.Unlock()
 	if len(l.entries) != len(items) {
 		l.entries = slices.Grow(l.entries[:0], len(items))[:len(items)]
-		clear(l.entries) // a zero entry is the bond of a client with no leaf and no ca.crt: none
+		clear(l.entries) // a zero entry is the bond of a known client with no leaf and no ca.crt: none
 	}
 	if l.byCerts == nil {
 		l.byCerts = map[bondCerts]bond{}

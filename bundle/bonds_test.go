@@ -16,8 +16,8 @@ import (
 // each client's bond to each root by the certificates it was computed from.
 // Whatever happens to the list between two decisions (a leaf renewed in
 // place, a ca.crt rewritten, the list reordered, clients added or removed, a new list, a root
-// parsed again into a new value) the counts it gives are those computed
-// afresh without it.
+// parsed again into a new value, a client becoming unknown or back in view)
+// the counts it gives are those computed afresh without it.
 func TestBondsFollowTheClients(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -35,11 +35,21 @@ func TestBondsFollowTheClients(t *testing.T) {
 	}
 	client := func(name string) bundle.Client {
 		c := bundle.Client{Name: name, Failed: rng.IntN(4) == 0}
+		if rng.IntN(6) == 0 {
+			// Its CertificateRequest gone: neither leaf nor ca.crt, like a
+			// missing Secret, yet a bond of its own.
+			c.Unknown = true
+			return c
+		}
 		if rng.IntN(8) != 0 {
 			c.Leaf = leaves[rng.IntN(len(leaves))]
 		}
+		// Parsed afresh, as the tracker parses each Secret whose content
+		// changed: the bonds know a ca.crt by its first certificate's
+		// address and its length, so the same values in another ca.crt
+		// (root-0 then root-1, root-0 then root-2) would share a bond.
 		for _, r := range rng.Perm(len(roots))[:rng.IntN(len(roots)+1)] {
-			c.CA = append(c.CA, roots[r].Cert)
+			c.CA = append(c.CA, reparse(t, roots[r].Cert))
 		}
 		return c
 	}
@@ -51,7 +61,7 @@ func TestBondsFollowTheClients(t *testing.T) {
 	now := testNow
 	for step := range 400 {
 		sigs.Advance()
-		switch rng.IntN(7) {
+		switch rng.IntN(8) {
 		case 0: // a renewal, written into the same list
 			items[rng.IntN(len(items))] = client(items[0].Name)
 		case 1: // the cache lists in another order
@@ -68,6 +78,13 @@ func TestBondsFollowTheClients(t *testing.T) {
 		case 4: // ca.crt written again, the leaf kept
 			i := rng.IntN(len(items))
 			items[i].CA = client(items[i].Name).CA
+		case 6: // a client's credential lost from view, or seen again as it was
+			i := rng.IntN(len(items))
+			if items[i].Unknown {
+				items[i].Unknown = false
+			} else {
+				items[i] = bundle.Client{Name: items[i].Name, Failed: items[i].Failed, Unknown: true}
+			}
 		case 5:
 			now = now.Add(time.Duration(rng.IntN(30)) * time.Second)
 		}
@@ -86,7 +103,7 @@ func TestBondsFollowTheClients(t *testing.T) {
 	// until it expires.
 	want := 0
 	for _, c := range items {
-		if r, ok := issuer[c.Leaf]; ok && r == 0 && !now.After(c.Leaf.NotAfter) {
+		if r, ok := issuer[c.Leaf]; c.Unknown || ok && r == 0 && !now.After(c.Leaf.NotAfter) {
 			want++
 		}
 	}
@@ -149,4 +166,41 @@ func TestBondsAtRestComputeNothing(t *testing.T) {
 	sigs.Advance()
 	clients.Using(current.Cert, testNow)
 	g.Expect(bundle.SignaturesBondRoots(sigs)).To(Equal(1))
+}
+
+// TestBondsTellAnUnknownClientFromAMissingSecret: an unknown client and a
+// client whose Secret is missing both come without leaf and ca.crt, but the
+// first uses every root and the second none. A Signatures kept across
+// decisions must not answer one with the other's bond, at the same position
+// of the list from one decision to the next, nor at a first decision (a
+// zero entry is a missing Secret's bond).
+func TestBondsTellAnUnknownClientFromAMissingSecret(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	old, current := newRoot(t, "dualca root"), newRoot(t, "dualca root")
+	onOld := newClient(t, "ns/on-old", old, old)
+	missing := bundle.Client{Name: "ns/x"}
+	unknown := bundle.Client{Name: "ns/x", Unknown: true}
+	sigs := bundle.NewSignatures()
+	for i, step := range []struct {
+		what      string
+		x         bundle.Client
+		wantUsing int // of the old root
+	}{
+		{"unknown at the first decision", unknown, 2},
+		{"its Secret missing, at the same position", missing, 1},
+		{"unknown again", unknown, 2},
+		{"back in view on the current root", newClient(t, "ns/x", current, current), 1},
+		{"back in view on the old root", newClient(t, "ns/x", old, old), 2},
+		{"unknown once more", unknown, 2},
+	} {
+		sigs.Advance()
+		items := []bundle.Client{step.x, onOld}
+		remembered := bundle.Clients{Tracked: true, Items: items, Signatures: sigs}
+		g.Expect(remembered.Using(old.Cert, testNow)).To(Equal(step.wantUsing), "step %d, %s: using the old root", i, step.what)
+		g.Expect(remembered.Using(current.Cert, testNow)).To(Equal(bundle.Clients{Items: items}.Using(current.Cert, testNow)),
+			"step %d, %s: using the current root", i, step.what)
+		g.Expect(bundle.CountProgress(remembered, current.Cert, testNow)).To(Equal(bundle.CountProgress(bundle.Clients{Items: items}, current.Cert, testNow)),
+			"step %d, %s: progress", i, step.what)
+	}
 }

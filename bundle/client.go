@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// Client is one selected client Certificate as seen through its Secret.
+// Client is one selected client Certificate, with the certificates its
+// Secret holds (as its CertificateRequest of the current revision tells
+// them: dualca reads no client Secret).
 type Client struct {
 	// Name identifies the client in messages, as NAMESPACE/NAME.
 	Name string
@@ -17,23 +19,30 @@ type Client struct {
 	CA []*x509.Certificate
 	// Failed says the last renewal of this client failed.
 	Failed bool
-	// Unknown says dualca cannot see the credential this client loads:
-	// its current CertificateRequest is gone and dualca has no memory of
-	// it (a restart during its renewal). Leaf and CA are nil. It may use
-	// any root, so it keeps every root in the bundle until that root
-	// expires, and it is on none, so it holds the switch until the grace
-	// period.
+	// Unknown says dualca cannot see the credential this client loads: the
+	// CertificateRequest of its current revision is gone (cert-manager
+	// garbage-collects it while the next one is in flight) and dualca has
+	// no memory of it (a restart, or the CR deleted by hand). Leaf and CA
+	// are nil. Every decision treats it fail-safe, whatever a stale Leaf
+	// might say: it uses every root, so none is retired for want of users
+	// while it is unknown (an expired root still leaves), and it is on no
+	// root, so it counts as pending, holds the switch until the grace
+	// period forces it, and is due for renewal, which brings it back into
+	// view. The legacy strategy never deletes its Secret: it cannot see
+	// what it would delete.
 	Unknown bool
 }
 
 // On reports whether the client has moved to root: its leaf chains to it
-// and it trusts it, so it will accept a server credential from it.
+// and it trusts it, so it will accept a server credential from it. An
+// Unknown client is on no root.
 func (c Client) On(root *x509.Certificate, now time.Time) bool {
 	return c.on(nil, root, now)
 }
 
 // Uses reports whether the client still depends on root being trusted by
-// the gateway: its unexpired leaf chains to it.
+// the gateway: its unexpired leaf chains to it. An Unknown client may
+// depend on any root, so it uses every one.
 func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
 	return c.uses(nil, root, now)
 }
@@ -60,8 +69,9 @@ type Clients struct {
 	Signatures *Signatures
 }
 
-// Using counts the selected clients whose unexpired leaf chains to root:
-// those that still need the gateway to trust it.
+// Using counts the selected clients whose unexpired leaf chains to root,
+// and the Unknown ones: those that still need, or may need, the gateway to
+// trust it.
 func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 	n := 0
 	c.Signatures.eachBond(c.Items, root, func(cl *Client, b bond) {
@@ -73,7 +83,8 @@ func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 }
 
 // CountProgress counts the clients on root (renewed), those whose last
-// renewal failed, and the others (pending). A nil root counts none renewed.
+// renewal failed, and the others (pending). A nil root counts none renewed,
+// and an Unknown client is never renewed.
 func CountProgress(clients Clients, root *x509.Certificate, now time.Time) Progress {
 	var p Progress
 	clients.Signatures.eachBond(clients.Items, root, func(c *Client, b bond) {

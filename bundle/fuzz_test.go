@@ -296,11 +296,15 @@ func checkFuzzError(t *testing.T, err error, fields ...string) {
 // leave it: tls.crt, tls.key and ca.crt with blocks added, dropped, swapped,
 // truncated or mixed with junk (read by the lenient certsIn and readServer),
 // and annotations with any value (read by ParseState), with clients and a
-// time drawn from world and minutes. Whatever it finds, the decision must be
+// time drawn from world and minutes, and clients whose credential dualca
+// cannot see drawn from hidden. Whatever it finds, the decision must be
 // consistent (expectConsistent: the bundle holds the server root and the
 // current root, the pair matches, both populations verify the server), must
 // be a fixed point (deciding again on what it wrote changes nothing), and an
-// edited ca.crt must not gain a CA dualca did not record.
+// edited ca.crt must not gain a CA dualca did not record. With an unknown
+// client selected, no root of a ca.crt nobody edited leaves it unexpired,
+// the unknown client is never counted renewed, and it is due whenever any
+// client is.
 //
 // Certificates and keys are generated at run time, so the inputs name them
 // by token instead of holding their bytes: "{r1}" is root-1's certificate
@@ -310,11 +314,12 @@ func checkFuzzError(t *testing.T, err error, fields ...string) {
 func FuzzPlan(f *testing.F) {
 	w := newPlanFuzzWorld(f)
 	for _, s := range w.seeds {
-		f.Add(s.certPEM, s.keyPEM, s.caPEM, s.annotations, s.world, s.minutes)
+		f.Add(s.certPEM, s.keyPEM, s.caPEM, s.annotations, s.world, s.minutes, s.hidden)
 	}
 
-	f.Fuzz(func(t *testing.T, certPEM, keyPEM, caPEM []byte, annotations string, world uint8, minutes int16) {
+	f.Fuzz(func(t *testing.T, certPEM, keyPEM, caPEM []byte, annotations string, world uint8, minutes int16, hidden uint8) {
 		gw, root, clients, now, ok := w.expand(certPEM, keyPEM, caPEM, annotations, world, minutes)
+		clients = w.hide(clients, hidden)
 		if !ok {
 			return // the syncer decides only with a root valid now
 		}
@@ -345,6 +350,8 @@ func FuzzPlan(f *testing.F) {
 		// it read from the root Secret (Gateway.Known and the current root).
 		expectProvenance(t, gw, d, root)
 
+		expectUnknownFailSafe(t, w, gw, d, root, clients, now)
+
 		// What was written is a fixed point: deciding again on it at the
 		// same moment writes nothing and says nothing.
 		next := bundle.Plan(written(d), root, clients, testTimings, now)
@@ -359,6 +366,43 @@ func FuzzPlan(f *testing.F) {
 			t.Fatalf("deciding again on what was written emits events: %v", next.Events)
 		}
 	})
+}
+
+// expectUnknownFailSafe checks a decision made with unknown clients
+// selected: they may use any root, so every root of a ca.crt nobody edited
+// (dualca's own, or one adopted) that dualca read from the root Secret stays
+// until it expires; they are on no root, so never counted renewed, and due
+// whenever any client is.
+func expectUnknownFailSafe(t *testing.T, w *planFuzzWorld, gw bundle.Gateway, d bundle.Decision, root *bundle.Root, clients bundle.Clients, now time.Time) {
+	t.Helper()
+	var unknown []string
+	for _, c := range clients.Items {
+		if c.Unknown {
+			unknown = append(unknown, c.Name)
+		}
+	}
+	if !clients.Tracked || len(unknown) == 0 {
+		return
+	}
+	if d.State.Clients == nil || d.State.Clients.Renewed > len(clients.Items)-len(unknown) {
+		t.Fatalf("%d of %d clients unknown, yet progress %+v", len(unknown), len(clients.Items), d.State.Clients)
+	}
+	for _, name := range unknown {
+		if len(d.Renew) > 0 && !slices.Contains(d.Renew, name) {
+			t.Fatalf("unknown client %s is not due while %v are", name, d.Renew)
+		}
+	}
+	edited := gw.State.Strategy == bundle.StrategyZeroDowntime && bundle.Hash(gw.CAPEM) != gw.State.BundleHash
+	if !gw.Exists || edited {
+		return
+	}
+	known := append(slices.Clone(gw.Known), root.Cert)
+	kept := certsOf(d.CAPEM)
+	for _, r := range certsOf(gw.CAPEM) {
+		if r.BasicConstraintsValid && r.IsCA && bundle.Contains(known, r) && !now.After(r.NotAfter) && !bundle.Contains(kept, r) {
+			t.Fatalf("root %s left ca.crt unexpired while clients %v were unknown: %v", w.name(bundle.Fingerprint(r)), unknown, w.names(d.CAPEM))
+		}
+	}
 }
 
 // expectProvenance checks the trust invariant of a decision made on gw:
@@ -433,6 +477,7 @@ type planFuzzSeed struct {
 	annotations            string
 	world                  uint8
 	minutes                int16
+	hidden                 uint8
 }
 
 // The bits of FuzzPlan's world argument.
@@ -445,6 +490,16 @@ const (
 	// dualca's record is lost: it knows only the current root as read from
 	// the root Secret; else root-1 and root-2 (never the foreign CA).
 	planNoRecord = 1 << 7
+)
+
+// The bits of FuzzPlan's hidden argument: which clients dualca cannot see
+// (bundle.Client.Unknown: the CertificateRequest of their revision is gone
+// and dualca has no memory of it), and whether their view still carries a
+// stale leaf and ca.crt, which the decisions must not believe.
+const (
+	planHideA     = 1 << 0
+	planHideB     = 1 << 1
+	planHideStale = 1 << 2
 )
 
 // planFuzzMinutes maps FuzzPlan's minutes argument to the minutes from testNow
@@ -534,6 +589,18 @@ func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 		}
 		w.seeds = append(w.seeds, w.seed(h, world, at), w.seed(h, world, 10))
 	}
+	// A client unknown where a root would be retired (the propagation delay
+	// after the switch over), once retired, in mid-rotation and past the
+	// grace period, with and without a stale view.
+	for _, s := range []planFuzzSeed{
+		w.seed(history[5], allOnR2, -40), w.seed(history[5], allOnR2, -38), w.seed(history[6], allOnR2, -38),
+		w.seed(history[3], mixed, -44), w.seed(history[3], mixed, 10),
+	} {
+		for _, hidden := range []uint8{planHideA, planHideB | planHideStale, planHideA | planHideB} {
+			s.hidden = hidden
+			w.seeds = append(w.seeds, s)
+		}
+	}
 	mid := w.seed(history[2], mixed, -30)
 	edit := func(e func(s *planFuzzSeed)) {
 		s := mid
@@ -595,7 +662,25 @@ func (w *planFuzzWorld) seed(gw bundle.Gateway, world uint8, minutes int16) plan
 		}
 		lines = append(lines, strings.TrimPrefix(k, bundle.AnnotationPrefix)+"="+v)
 	}
-	return planFuzzSeed{tokenize(gw.CertPEM), tokenize(gw.KeyPEM), tokenize(gw.CAPEM), strings.Join(lines, "\n"), world, minutes}
+	return planFuzzSeed{tokenize(gw.CertPEM), tokenize(gw.KeyPEM), tokenize(gw.CAPEM), strings.Join(lines, "\n"), world, minutes, 0}
+}
+
+// hide marks the clients that hidden names Unknown, as the syncer does when
+// it cannot see their credential: without leaf and ca.crt, unless the
+// stale bit keeps what they showed before.
+func (w *planFuzzWorld) hide(clients bundle.Clients, hidden uint8) bundle.Clients {
+	items := slices.Clone(clients.Items)
+	for i, c := range items {
+		if c.Name == "ns/a" && hidden&planHideA != 0 || c.Name == "ns/b" && hidden&planHideB != 0 {
+			if hidden&planHideStale == 0 {
+				c.Leaf, c.CA = nil, nil
+			}
+			c.Unknown = true
+			items[i] = c
+		}
+	}
+	clients.Items = items
+	return clients
 }
 
 // expand turns FuzzPlan's arguments into Plan's. ok is false when the

@@ -18,7 +18,8 @@ import (
 
 // The model test drives the pure decisions through random histories:
 // rotations (overlapping ones too), client renewals that succeed, fail or
-// lag, restarts, invalid roots, strategy flips and clock jumps. The gateway
+// lag, restarts, clients hidden from dualca's view, invalid roots, strategy
+// flips and clock jumps. The gateway
 // Secret only ever holds what a decision wrote, its annotations going through
 // the same text form as on the API server, and every invariant of
 // docs/design.md is checked after every step.
@@ -30,6 +31,12 @@ type modelClient struct {
 	requested bool // a renewal was triggered and not completed yet
 	broken    bool // its issuer cannot issue: renewals fail
 	failed    bool
+	// hidden: dualca cannot see this client's credential (the
+	// CertificateRequest of its revision was garbage-collected while the
+	// next one was in flight, and a restart lost dualca's memory of it, or
+	// someone deleted it), so the view Plan gets is Unknown. leaf and ca
+	// stay the truth: what the client loads, what the invariants are about.
+	hidden bool
 	// impostor, when set, is the CA this client's own Issuer signs with: a
 	// CA with the root's subject that someone made in the client's
 	// namespace. Its renewals come from it, never from the root.
@@ -60,6 +67,11 @@ type model struct {
 	signatures *bundle.Signatures
 	// counters, to show the histories reached what they should
 	switches, forced, retired, renewals int
+	// hidden clients: the decisions made with one in view, those where a
+	// root stayed only for them (every client in view has left it, the
+	// server has switched and settled), and the hidden clients back in view
+	// by a renewal or as they were
+	hiddenDecisions, heldForHidden, revealedRenewed, revealedAsWas int
 	// the operator's actions, and what they made happen
 	pauses, resumes, promotes                    int
 	heldRenewals, promotedSwitches, pausedForced int
@@ -124,6 +136,11 @@ func (m *model) issue(c *modelClient) {
 	}
 	c.leaf, c.ca, c.requested, c.failed = leaf, []*x509.Certificate{issuer.Cert}, false, false
 	m.renewals++
+	if c.hidden {
+		// The new revision's CertificateRequest is one dualca sees.
+		c.hidden = false
+		m.revealedRenewed++
+	}
 }
 
 func (m *model) clientView() bundle.Clients {
@@ -132,9 +149,20 @@ func (m *model) clientView() bundle.Clients {
 		return cs
 	}
 	for _, c := range m.clients {
+		if c.hidden {
+			// Whether its last renewal failed is on the Certificate, which
+			// dualca still sees.
+			cs.Items = append(cs.Items, bundle.Client{Name: c.name, Unknown: true, Failed: c.failed})
+			continue
+		}
 		cs.Items = append(cs.Items, bundle.Client{Name: c.name, Leaf: c.leaf, CA: c.ca, Failed: c.failed})
 	}
 	return cs
+}
+
+// hiddenInView reports whether the view Plan gets holds an unknown client.
+func (m *model) hiddenInView() bool {
+	return m.tracked && slices.ContainsFunc(m.clients, func(c *modelClient) bool { return c.hidden })
 }
 
 // reconcile is one pass of the syncer: validate the root, decide, write
@@ -151,6 +179,10 @@ func (m *model) reconcile() {
 	var d bundle.Decision
 	if m.legacy {
 		d = legacy.Plan(m.gw, root, m.clientView(), m.now)
+		for _, c := range m.clients {
+			// legacy deletes the Secrets it lists: never one it cannot see.
+			m.check(!c.hidden || !slices.Contains(d.Renew, c.name), "legacy: %s, hidden from dualca, listed for deletion", c.name)
+		}
 	} else {
 		d = bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
 		again := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
@@ -164,6 +196,10 @@ func (m *model) reconcile() {
 		return
 	}
 	m.checkInvariants(prev, d, root)
+	if m.hiddenInView() {
+		m.hiddenDecisions++
+		m.checkHidden(d, root)
+	}
 	if !m.tampered {
 		// A forged server credential is replaced at once, paused or not.
 		m.checkControls(prev, d, root)
@@ -272,6 +308,8 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 			return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r)
 		})
 		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
+		// A hidden client may be on any root: only expiry retires one.
+		m.check(expired || !m.hiddenInView(), "invariants 2/3: root %s left the bundle unexpired while a client was hidden", r.Subject.CommonName)
 		m.check(bundle.Fingerprint(r) != bundle.Fingerprint(server), "invariant 2: the server root was retired")
 	}
 	for _, c := range m.clients {
@@ -291,6 +329,9 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 			return e.Warning && e.Reason == bundle.ReasonServerSwitchForced
 		})
 		m.check(!m.tracked || ready || warned, "invariant 4: server switched while clients were not ready, without a Warning")
+		// The truth may be ready, but dualca cannot know it of a hidden
+		// client: only a forced switch may move the server then.
+		m.check(!m.hiddenInView() || warned, "invariant 4: server switched without a Warning while a client was hidden")
 		m.check(!m.now.Before(m.gw.State.RootAddedAt.Add(m.timings.TrustPropagationDelay)) || warned,
 			"the server switched before the gateway could load the new root")
 		m.check(!m.now.Before(server.NotBefore) || warned || prevServer == "",
@@ -300,6 +341,41 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	// would accept it (an issuer whose clock runs ahead).
 	m.check(len(d.Renew) == 0 || !m.now.Before(root.Cert.NotBefore),
 		"invariant 7: clients renewed onto root %s before it is valid (%s < %s)", root.Cert.Subject.CommonName, m.now, root.Cert.NotBefore)
+}
+
+// checkHidden checks a zero-downtime decision made with hidden clients in
+// view: each is due whenever any client is (it is on no root), and counts
+// how often a root stayed in the bundle for them alone.
+func (m *model) checkHidden(d bundle.Decision, root *bundle.Root) {
+	for _, c := range m.clients {
+		if c.hidden && len(d.Renew) > 0 {
+			m.check(slices.Contains(d.Renew, c.name), "%s, hidden, is not due while %v are", c.name, d.Renew)
+		}
+	}
+	if d.State.Clients != nil {
+		hidden := 0
+		for _, c := range m.clients {
+			if c.hidden {
+				hidden++
+			}
+		}
+		m.check(d.State.Clients.Pending+d.State.Clients.Failed >= hidden, "%d hidden clients, progress %+v counts some renewed", hidden, *d.State.Clients)
+	}
+	server := m.gw.State.Server
+	if server != root.Fingerprint || m.now.Before(m.gw.State.SwitchedAt.Add(m.timings.TrustPropagationDelay)) {
+		return
+	}
+	view := m.clientView()
+	for _, r := range parsed(m.t, m.gw.CAPEM) {
+		fp := bundle.Fingerprint(r)
+		if fp == root.Fingerprint || fp == server || m.now.After(r.NotAfter) {
+			continue
+		}
+		if !slices.ContainsFunc(view.Items, func(c bundle.Client) bool { return !c.Unknown && c.Uses(r, m.now) }) {
+			m.heldForHidden++
+			return
+		}
+	}
 }
 
 // checkControls checks that dualca obeys the operator: while paused no
@@ -494,7 +570,22 @@ func (m *model) check(ok bool, format string, args ...any) {
 
 // step does one random thing to the world and reconciles.
 func (m *model) step() {
-	switch n := m.rng.IntN(109); {
+	switch n := m.rng.IntN(113); {
+	case n >= 112:
+		// A hidden client's CR is found again, its credential unchanged
+		// (restored by hand): back in view without a renewal.
+		if hidden := slices.DeleteFunc(slices.Clone(m.clients), func(c *modelClient) bool { return !c.hidden }); len(hidden) > 0 {
+			c := hidden[m.rng.IntN(len(hidden))]
+			c.hidden = false
+			m.revealedAsWas++
+			m.trace = append(m.trace, "seen again as it was: "+c.name)
+		}
+	case n >= 109:
+		// The CR of a client's revision is gone and dualca has no memory
+		// of it; the client still loads what it had.
+		c := m.clients[m.rng.IntN(len(m.clients))]
+		c.hidden = true
+		m.trace = append(m.trace, "hidden from dualca: "+c.name)
 	case n >= 106:
 		m.attack()
 	case n >= 100:
@@ -528,6 +619,12 @@ func (m *model) step() {
 		m.trace = append(m.trace, "spontaneous renewal of "+c.name)
 	case n < 47:
 		for _, c := range m.clients {
+			if c.requested && m.rng.IntN(2) == 0 {
+				// Mid-renewal, cert-manager garbage-collected the CR of the
+				// current revision, and the restart lost dualca's memory of it.
+				c.hidden = true
+				m.trace = append(m.trace, "restart hides "+c.name)
+			}
 			c.requested = false // a restart forgets in-flight requests; the annotations remain
 		}
 		m.trace = append(m.trace, "restart")
@@ -641,6 +738,10 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.pausedForced += m.pausedForced
 		total.promotesIgnored += m.promotesIgnored
 		total.attacks += m.attacks
+		total.hiddenDecisions += m.hiddenDecisions
+		total.heldForHidden += m.heldForHidden
+		total.revealedRenewed += m.revealedRenewed
+		total.revealedAsWas += m.revealedAsWas
 	}
 	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
 		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)
@@ -649,6 +750,12 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	t.Logf("hostile writers: %d attacks", total.attacks)
 	if total.attacks == 0 {
 		t.Fatal("the random histories made no attack")
+	}
+	t.Logf("hidden clients: %d decisions with one in view, %d kept a root for them alone; %d back in view by a renewal, %d as they were",
+		total.hiddenDecisions, total.heldForHidden, total.revealedRenewed, total.revealedAsWas)
+	if total.hiddenDecisions == 0 || total.heldForHidden == 0 || total.revealedRenewed == 0 || total.revealedAsWas == 0 {
+		t.Fatalf("the random histories missed a hidden-client branch: decisions=%d held=%d revealedRenewed=%d revealedAsWas=%d",
+			total.hiddenDecisions, total.heldForHidden, total.revealedRenewed, total.revealedAsWas)
 	}
 	// The histories must reach every branch the invariants are about.
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {

@@ -13,7 +13,9 @@ import (
 // behind still need it; never onto a root that is not valid yet
 // (notyetvalid.go), and not while the operator holds the rotation
 // (control.go). Every tracked client not on the root is due, in a stable
-// order; the syncer paces the renewals and skips those in flight.
+// order, an Unknown one too (a renewal it did not need costs one issuance,
+// and its new revision brings it back into view); the syncer paces the
+// renewals and skips those in flight.
 
 // renewals lists the clients due for re-issuance now, given the phase.
 func (p *planning) renewals(phase Phase) []string {

@@ -11,8 +11,10 @@ import (
 // came: when it has expired, or when the server has switched to the current
 // root, the propagation delay after the switch has passed (clients renewed
 // just before it may not have reloaded their new leaf yet), clients are
-// tracked, and no selected client's unexpired leaf chains to it. The current
-// root and the server's root always stay. Without client tracking, old
+// tracked, and no selected client's unexpired leaf chains to it. An Unknown
+// client (client.go) may chain to any root, so while one is selected only
+// expiry retires a root. The current root and the server's root always
+// stay. Without client tracking, old
 // roots stay until they expire. What stays is normalized (set.go): newest
 // first, deduplicated.
 

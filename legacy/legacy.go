@@ -29,7 +29,8 @@ import (
 // to zero-downtime adopts this Secret as a fresh start; the operator's
 // pause and promote are kept as found, not obeyed. Renew lists the
 // clients whose Secret holds a leaf not issued by the root: the syncer
-// deletes those Secrets.
+// deletes those Secrets. A client whose credential dualca cannot see
+// (bundle.Client.Unknown) is never among them.
 func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time.Time) bundle.Decision {
 	d := bundle.Decision{
 		CertPEM: root.CertPEM,
@@ -51,6 +52,11 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time
 	if clients.Tracked {
 		var p bundle.Progress
 		for _, c := range clients.Items {
+			if c.Unknown {
+				// Nothing seen is nothing to delete: a leaf here would be a
+				// stale view, not what the client loads.
+				c.Leaf = nil
+			}
 			switch {
 			case c.Leaf != nil && clients.Signatures.ChainsTo(c.Leaf, root.Cert):
 				p.Renewed++

@@ -191,3 +191,52 @@ func TestPlanMarksTheClientsOfOldRootsForDeletion(t *testing.T) {
 	g.Expect(legacy.Plan(bundle.Gateway{}, lgRoot(t, r2, r2.CertPEM), bundle.Clients{}, lgNow).Renew).To(BeEmpty(),
 		"untracked clients are never touched")
 }
+
+// TestPlanNeverDeletesWhatItCannotSee: a client whose credential dualca
+// cannot see (bundle.Client.Unknown: its CertificateRequest was
+// garbage-collected and dualca has no memory of it) is never listed for
+// deletion, whatever else is, and never counts as renewed: deleting a
+// Secret on a guess could cut off a client that was already on the root.
+func TestPlanNeverDeletesWhatItCannotSee(t *testing.T) {
+	t.Parallel()
+	r1 := lgCA(t, "root-1", -2*time.Hour, 10*time.Hour)
+	r2 := lgCA(t, "root-2", -time.Hour, 20*time.Hour)
+	leaf := func(issuer *certs.CA, name string) bundle.Client {
+		l := certs.MustNew(t, name, lgNow.Add(-time.Hour), lgNow.Add(time.Hour), certs.Options{}, issuer)
+		return bundle.Client{Name: name, Leaf: l.Cert, CA: []*x509.Certificate{issuer.Cert}}
+	}
+	unknown := func(c bundle.Client) bundle.Client { c.Unknown = true; return c }
+	tests := map[string]struct {
+		items        []bundle.Client
+		wantRenew    []string
+		wantProgress bundle.Progress
+	}{
+		"an unknown client is not deleted while the clients of the old root are": {
+			items:     []bundle.Client{leaf(r1, "ns/old"), {Name: "ns/hidden", Unknown: true}, leaf(r2, "ns/renewed")},
+			wantRenew: []string{"ns/old"}, wantProgress: bundle.Progress{Renewed: 1, Pending: 2}},
+		"an unknown client alone: nothing to delete": {
+			items: []bundle.Client{{Name: "ns/hidden", Unknown: true}}, wantProgress: bundle.Progress{Pending: 1}},
+		"an unknown client whose renewal failed is not deleted either": {
+			items: []bundle.Client{{Name: "ns/hidden", Unknown: true, Failed: true}}, wantProgress: bundle.Progress{Failed: 1}},
+		"an unknown client that came with a stale leaf of the old root is not deleted": {
+			items: []bundle.Client{unknown(leaf(r1, "ns/stale"))}, wantProgress: bundle.Progress{Pending: 1}},
+		"an unknown client that came with a stale leaf of the new root is not counted renewed": {
+			items: []bundle.Client{unknown(leaf(r2, "ns/stale"))}, wantProgress: bundle.Progress{Pending: 1}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			for _, sigs := range []*bundle.Signatures{nil, bundle.NewSignatures()} {
+				clients := bundle.Clients{Tracked: true, Items: tc.items, Signatures: sigs}
+				d := legacy.Plan(bundle.Gateway{}, lgRoot(t, r2, r2.CertPEM), clients, lgNow)
+				if len(tc.wantRenew) == 0 {
+					g.Expect(d.Renew).To(BeEmpty(), "the secrets to delete")
+				} else {
+					g.Expect(d.Renew).To(Equal(tc.wantRenew), "the secrets to delete")
+				}
+				g.Expect(d.State.Clients).To(Equal(&tc.wantProgress))
+			}
+		})
+	}
+}
