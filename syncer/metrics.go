@@ -49,7 +49,7 @@ func NewMetrics() *Metrics {
 		rootExpiry: gaugeVec("dualca_root_expiry_timestamp_seconds",
 			"When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.", "root", "role"),
 		rootClients: gaugeVec("dualca_root_clients",
-			"Selected clients whose unexpired leaf chains to each root in the bundle.", "root"),
+			"Selected clients whose unexpired leaf chains to each root in the bundle, unknown clients (whose certificates dualca cannot see) counted for every root.", "root"),
 		bundleRoots: gauge("dualca_bundle_roots", "Roots in the gateway's trust bundle (ca.crt)."),
 		phase: gaugeVec("dualca_phase",
 			"1 for the rotation phase the gateway Secret records (Legacy for the legacy strategy), 0 for the others.", "phase"),
