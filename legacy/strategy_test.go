@@ -34,9 +34,9 @@ func TestRenewDeletesTheSecretOnlyWhileItHoldsWhatTheDecisionSaw(t *testing.T) {
 		deleted  bool
 	}{
 		"the revision the decision saw, no issuance under way: deleted": {revision: ptr.To(4), seen: ptr.To(4), deleted: true},
-		"cert-manager issued a newer revision meanwhile: kept":           {revision: ptr.To(5), seen: ptr.To(4)},
-		"cert-manager is issuing it: kept":                               {revision: ptr.To(4), issuing: true, seen: ptr.To(4)},
-		"the decision saw no credential: nothing to delete":              {revision: ptr.To(4), seen: nil},
+		"cert-manager issued a newer revision meanwhile: kept":          {revision: ptr.To(5), seen: ptr.To(4)},
+		"cert-manager is issuing it: kept":                              {revision: ptr.To(4), issuing: true, seen: ptr.To(4)},
+		"the decision saw no credential: nothing to delete":             {revision: ptr.To(4), seen: nil},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

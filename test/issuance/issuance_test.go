@@ -86,7 +86,7 @@ func newWorld(t *testing.T, g Gomega) *world {
 	// The fake API server sets no UID; a real one would.
 	w.crt = &cmapi.Certificate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent-1", Labels: labels, UID: "uid-agent-1"},
-		Spec: cmapi.CertificateSpec{CommonName: "agent-1", SecretName: "agent-1-tls",
+		Spec: cmapi.CertificateSpec{CommonName: "agent-1", SecretName: "agent-1-tls", //nolint:gosec // G101: a Secret's name, no credential
 			IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
 	}
 	g.Expect(w.c.Create(context.Background(), w.crt)).To(Succeed())
@@ -195,7 +195,7 @@ func TestAReissueMovesToTheNextRevision(t *testing.T) {
 	leaf1 := certs.MustNew(t, "agent-1", now.Add(-time.Minute), now.Add(30*time.Minute), certs.Options{}, r1)
 	leaf2 := certs.MustNew(t, "agent-1", now.Add(-time.Minute), now.Add(90*time.Minute), certs.Options{}, r2)
 	other := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent-2", Labels: labels, UID: "uid-agent-2"},
-		Spec: cmapi.CertificateSpec{SecretName: "agent-2-tls", IssuerRef: w.crt.Spec.IssuerRef}}
+		Spec: cmapi.CertificateSpec{SecretName: "agent-2-tls", IssuerRef: w.crt.Spec.IssuerRef}} //nolint:gosec // G101: a Secret's name, no credential
 	g.Expect(w.c.Create(ctx, other)).To(Succeed())
 	for range 2 {
 		g.Expect(issuance.Issue(ctx, w.c, other, leaf1.CertPEM, leaf1.KeyPEM, r1.CertPEM)).To(Succeed())
