@@ -195,6 +195,11 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 	out := bundle.Clients{Tracked: true}
 	views := map[string]clientView{}
 	seenRequests, seenCerts := map[types.UID]bool{}, map[types.UID]bool{}
+	// One lock for the whole read: reads of one tracker do not overlap
+	// (one reconcile at a time), so it is never contended, and taking it
+	// per client cost a pair of atomics for each of thousands.
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, ns := range t.namespaces {
 		// Both lists come straight from the cache, without the deep copy of
 		// every object: this runs at every client event of a fan-out over
@@ -240,7 +245,6 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			out.Items = append(out.Items, c)
 		}
 	}
-	t.mu.Lock()
 	for uid := range t.parsed {
 		if !seenRequests[uid] {
 			delete(t.parsed, uid)
@@ -251,7 +255,6 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			delete(t.held, uid)
 		}
 	}
-	t.mu.Unlock()
 	return out, views, nil
 }
 
@@ -259,35 +262,38 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 // the one request of that revision crt controls (returned too), or as
 // remembered when that request is gone; nil when neither tells. claimants
 // are the requests that claim crt's name and revision by annotation.
-// problem says why they do not tell, when that is worth an event.
+// problem says why they do not tell, when that is worth an event. The
+// caller holds t.mu.
 func (t *clientTracker) current(crt *cmapi.Certificate, claimants []*cmapi.CertificateRequest) (*parsedRequest, *cmapi.CertificateRequest, string) {
-	var ours []*cmapi.CertificateRequest
+	var ours *cmapi.CertificateRequest
+	n := 0
 	for _, cr := range claimants {
 		if owner := metav1.GetControllerOfNoCopy(cr); owner != nil && owner.UID == crt.UID {
-			ours = append(ours, cr)
+			ours = cr
+			n++
 		}
 	}
 	revision := *crt.Status.Revision
 	switch {
-	case len(ours) > 1:
+	case n > 1:
 		// Only cert-manager should create a second: whoever did can make
 		// either the client's, so neither is believed.
-		return nil, nil, fmt.Sprintf("%d certificate requests claim its revision %d", len(ours), revision)
-	case len(ours) == 1 && len(ours[0].Status.Certificate) > 0:
-		p := t.parse(ours[0])
-		t.mu.Lock()
-		if t.held == nil {
-			t.held = map[types.UID]heldCredential{}
+		return nil, nil, fmt.Sprintf("%d certificate requests claim its revision %d", n, revision)
+	case n == 1 && len(ours.Status.Certificate) > 0:
+		p := t.parse(ours)
+		// Written only when it changed: at rest, a read over thousands
+		// of clients writes nothing.
+		if h, ok := t.held[crt.UID]; !ok || h.revision != revision || h.leaf != p.leaf || h.problem != p.problem {
+			if t.held == nil {
+				t.held = map[types.UID]heldCredential{}
+			}
+			t.held[crt.UID] = heldCredential{revision: revision, parsedRequest: p}
 		}
-		t.held[crt.UID] = heldCredential{revision: revision, parsedRequest: p}
-		t.mu.Unlock()
-		return &p, ours[0], ""
+		return &p, ours, ""
 	}
 	// The request is gone (cert-manager keeps one revision, and deletes
 	// the current one once the next is under way), or the cache has not
 	// shown its certificate yet.
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if h, ok := t.held[crt.UID]; ok && h.revision == revision {
 		return &h.parsedRequest, nil, ""
 	}
@@ -297,11 +303,9 @@ func (t *clientTracker) current(crt *cmapi.Certificate, claimants []*cmapi.Certi
 // parse reads a request's certificate and CA as cert-manager writes them
 // into the client's Secret: a leaf (and maybe its chain), and the root it
 // trusts the server with. Damaged data reads as no leaf or no CA: such a
-// client is simply not on any root.
+// client is simply not on any root. The caller holds t.mu.
 func (t *clientTracker) parse(cr *cmapi.CertificateRequest) parsedRequest {
-	t.mu.Lock()
 	p, ok := t.parsed[cr.UID]
-	t.mu.Unlock()
 	if ok && cr.ResourceVersion != "" && p.rv == cr.ResourceVersion {
 		return p
 	}
@@ -311,8 +315,6 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest) parsedRequest {
 	h.Write(cr.Status.CA)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if p, ok := t.parsed[cr.UID]; ok && p.sum == sum {
 		p.rv = cr.ResourceVersion
 		t.parsed[cr.UID] = p
