@@ -186,9 +186,19 @@ func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]cl
 	return clients, views, nil
 }
 
-// requestKey is what a CertificateRequest claims to be: the request of
-// revision of the Certificate named cert.
-type requestKey struct{ cert, revision string }
+// claimKey is what a CertificateRequest claims to be: the request of
+// revision of the Certificate that controls it (by UID).
+type claimKey struct {
+	owner    types.UID
+	revision int
+}
+
+// claim is the request that made a claim, and how many made it.
+type claim struct {
+	request *cmapi.CertificateRequest
+	n       int
+}
+
 
 // list reads the selected clients from the reader.
 func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
@@ -214,11 +224,20 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			client.UnsafeDisableDeepCopy); err != nil {
 			return out, nil, fmt.Errorf("listing client certificate requests in %s: %w", ns, err)
 		}
-		claims := make(map[requestKey][]*cmapi.CertificateRequest, len(requests.Items))
+		// Requests are indexed by the Certificate that controls them and
+		// the revision they claim, with nothing allocated per request:
+		// this runs at every client event of a fan-out.
+		claims := make(map[claimKey]claim, len(requests.Items))
 		for i := range requests.Items {
 			cr := &requests.Items[i]
-			k := requestKey{cert: cr.Annotations[cmapi.CertificateNameKey], revision: cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey]}
-			claims[k] = append(claims[k], cr)
+			owner := metav1.GetControllerOfNoCopy(cr)
+			revision, err := strconv.Atoi(cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey])
+			if owner == nil || err != nil {
+				continue // cert-manager made no such request: no client's
+			}
+			k := claimKey{owner: owner.UID, revision: revision}
+			c := claims[k]
+			claims[k] = claim{request: cr, n: c.n + 1}
 		}
 		for i := range list.Items {
 			crt := &list.Items[i]
@@ -228,7 +247,7 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			c := bundle.Client{Name: name, Failed: failed(crt)}
 			if crt.Status.Revision != nil {
 				var held *parsedRequest
-				held, v.request, v.problem = t.current(crt, claims[requestKey{cert: crt.Name, revision: strconv.Itoa(*crt.Status.Revision)}])
+				held, v.request, v.problem = t.current(crt, claims[claimKey{owner: crt.UID, revision: *crt.Status.Revision}])
 				if v.request != nil {
 					seenRequests[v.request.UID] = true
 				}
@@ -260,18 +279,14 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 
 // current returns the credential crt holds at its current revision, from
 // the one request of that revision crt controls (returned too), or as
-// remembered when that request is gone; nil when neither tells. claimants
-// are the requests that claim crt's name and revision by annotation.
-// problem says why they do not tell, when that is worth an event. The
-// caller holds t.mu.
-func (t *clientTracker) current(crt *cmapi.Certificate, claimants []*cmapi.CertificateRequest) (*parsedRequest, *cmapi.CertificateRequest, string) {
-	var ours *cmapi.CertificateRequest
-	n := 0
-	for _, cr := range claimants {
-		if owner := metav1.GetControllerOfNoCopy(cr); owner != nil && owner.UID == crt.UID {
-			ours = cr
-			n++
-		}
+// remembered when that request is gone; nil when neither tells. c is the
+// claim on crt's current revision; a request counts only if it also names
+// crt. problem says why the requests do not tell, when that is worth an
+// event. The caller holds t.mu.
+func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*parsedRequest, *cmapi.CertificateRequest, string) {
+	ours, n := c.request, c.n
+	if n == 1 && ours.Annotations[cmapi.CertificateNameKey] != crt.Name {
+		ours, n = nil, 0
 	}
 	revision := *crt.Status.Revision
 	switch {
