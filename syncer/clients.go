@@ -199,7 +199,6 @@ type claim struct {
 	n       int
 }
 
-
 // list reads the selected clients from the reader.
 func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
 	out := bundle.Clients{Tracked: true}
