@@ -98,9 +98,11 @@ func (r *record) read(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 }
 
 // write makes the record describe gateway, the Secret about to be written
-// for d in place of found (nil when absent); nothing when it does already.
-func (r *record) write(ctx context.Context, gateway, found *corev1.Secret, d bundle.Decision, root *bundle.Root) error {
-	desired := r.desired(gateway, found, d, root)
+// for d in place of the one found; meant is the digest of the one found
+// when dualca meant it (examine), else "". Nothing when the record
+// describes gateway already.
+func (r *record) write(ctx context.Context, gateway *corev1.Secret, meant string, d bundle.Decision, root *bundle.Root) error {
+	desired := r.desired(gateway, meant, d, root)
 	if r.last != nil && maps.Equal(r.last.Annotations, desired.Annotations) && dataEqual(r.last.Data, desired.Data) {
 		return nil
 	}
@@ -125,12 +127,12 @@ func (r *record) write(ctx context.Context, gateway, found *corev1.Secret, d bun
 	return nil
 }
 
-// desired is the record describing gateway. Its previous digest is that of
-// found when found is a gateway dualca meant (the record's, or the one
-// before), else the record's own: the gateway a failed write leaves in
-// place is never taken for tampering, however many decisions pass before
-// a write succeeds.
-func (r *record) desired(gateway, found *corev1.Secret, d bundle.Decision, root *bundle.Root) *corev1.Secret {
+// desired is the record describing gateway. Its previous digest is meant,
+// the digest of the gateway found when dualca meant it (the record's, or
+// the one before), else the record's own: the gateway a failed write
+// leaves in place is never taken for tampering, however many decisions
+// pass before a write succeeds.
+func (r *record) desired(gateway *corev1.Secret, meant string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
 	desired := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "dualca"}},
@@ -140,8 +142,8 @@ func (r *record) desired(gateway, found *corev1.Secret, d bundle.Decision, root 
 	if r.last != nil {
 		desired = r.last.DeepCopy()
 		previous = r.last.Annotations[annotationDigest]
-		if found != nil && tampered(found, r.last) == "" {
-			previous = gatewayDigest(found)
+		if meant != "" {
+			previous = meant
 		}
 	}
 	desired.Annotations = d.State.Annotations()
@@ -189,17 +191,19 @@ func gatewayOfRecord(rec, gateway *corev1.Secret, known []*x509.Certificate, par
 	return gw
 }
 
-// tampered compares the gateway Secret found with the record: "" when it
-// is the one the record describes, or the one it replaced (a write of the
-// gateway that did not follow the record's); else the parts that differ,
-// named, never shown.
-func tampered(gateway, rec *corev1.Secret) string {
-	if gateway == nil || rec == nil {
-		return ""
+// examine compares the gateway Secret found with the record. tampered is
+// "" when it is the one the record describes, or the one it replaced (a
+// write of the gateway that did not follow the record's); else the parts
+// that differ, named, never shown. meant is the digest of a gateway found
+// that is not tampered with, for the record's next write; "" when none was
+// found. The gateway is digested once, here.
+func examine(gateway, rec *corev1.Secret) (tampered, meant string) {
+	if gateway == nil {
+		return "", ""
 	}
 	digest := gatewayDigest(gateway)
-	if digest == rec.Annotations[annotationDigest] || digest == rec.Annotations[annotationPreviousDigest] {
-		return ""
+	if rec == nil || digest == rec.Annotations[annotationDigest] || digest == rec.Annotations[annotationPreviousDigest] {
+		return "", digest
 	}
 	var changed []string
 	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, caKey} {
@@ -231,7 +235,7 @@ func tampered(gateway, rec *corev1.Secret) string {
 	if len(changed) == 0 {
 		changed = []string{"content"}
 	}
-	return strings.Join(slices.Compact(changed), ", ")
+	return strings.Join(slices.Compact(changed), ", "), ""
 }
 
 // gatewayDigest is the digest of what dualca owns in the gateway Secret:

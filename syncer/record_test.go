@@ -31,9 +31,9 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	r := newRotation(t)
 	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
 	before := gatewayFor(r.steady)
-	rec.last = rec.desired(before, nil, r.steady, r.r1)
+	rec.last = rec.desired(before, "", r.steady, r.r1)
 	after := gatewayFor(r.renew)
-	next := rec.desired(after, before, r.renew, r.r2)
+	next := rec.desired(after, meant(before, rec.last), r.renew, r.r2)
 
 	g.Expect(tampered(before, rec.last)).To(BeEmpty(), "the gateway the record describes")
 	g.Expect(tampered(after, next)).To(BeEmpty(), "the gateway the new record describes")
@@ -45,7 +45,7 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	held := &record{key: rec.key, last: next}
 	paused := r.renew
 	paused.State.Paused = bundle.PausedTrue
-	ahead := held.desired(gatewayFor(paused), before, paused, r.r2)
+	ahead := held.desired(gatewayFor(paused), meant(before, held.last), paused, r.r2)
 	g.Expect(tampered(before, ahead)).To(BeEmpty(), "the gateway left by refused writes, two records later")
 	g.Expect(tampered(after, ahead)).NotTo(BeEmpty(), "a gateway dualca never left in place is not")
 
@@ -80,7 +80,7 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 	r := newRotation(t)
 	d := legacy.Plan(bundle.Gateway{}, r.r1, r.clients, r.now)
 	gw := gatewayFor(d)
-	rec := (&record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}).desired(gw, nil, d, r.r1)
+	rec := (&record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}).desired(gw, "", d, r.r1)
 
 	g.Expect(rec.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey))
 	for k, v := range rec.Data {
@@ -96,9 +96,21 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 	g.Expect(tampered(changed, rec)).To(Equal("tls.key"))
 
 	// The zero-downtime strategy's tls.key is the server leaf's, never a root's.
-	z := (&record{}).desired(gatewayFor(r.renew), nil, r.renew, r.r2)
+	z := (&record{}).desired(gatewayFor(r.renew), "", r.renew, r.r2)
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).To(Equal(r.renew.KeyPEM))
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r1.KeyPEM))
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r2.KeyPEM))
 	g.Expect((&record{}).known(z)).To(HaveLen(len(r.renew.Known)), "the roots read from the root Secret come back")
+}
+
+// tampered is examine's verdict on gateway.
+func tampered(gateway, rec *corev1.Secret) string {
+	t, _ := examine(gateway, rec)
+	return t
+}
+
+// meant is the digest examine hands the record's next write for gateway.
+func meant(gateway, rec *corev1.Secret) string {
+	_, m := examine(gateway, rec)
+	return m
 }

@@ -128,8 +128,11 @@ type gatewayRead struct {
 	// Secret). With no record, the gateway found, adopted as a fresh start.
 	state bundle.Gateway
 	// tampered names what differs between the Secret and the record; ""
-	// when nothing does (see tampered).
+	// when nothing does (see examine).
 	tampered string
+	// meant is the Secret's digest when dualca meant it, for the record's
+	// next write (see examine); "" otherwise.
+	meant string
 }
 
 // restoring reports whether the Secret was deleted and is about to be
@@ -158,7 +161,8 @@ func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gat
 	default:
 		s.gatewayRV = obj.ResourceVersion
 	}
-	read := gatewayRead{secret: obj, tampered: tampered(obj, rec)}
+	read := gatewayRead{secret: obj}
+	read.tampered, read.meant = examine(obj, rec)
 	switch {
 	case rec != nil:
 		read.state = gatewayOfRecord(rec, obj, s.record.known(rec), s.parsed)
@@ -228,7 +232,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			return written{secret: read.secret, deferred: wait}, nil
 		}
 	}
-	if err := s.record.write(ctx, desired, read.secret, d, root); err != nil {
+	if err := s.record.write(ctx, desired, read.meant, d, root); err != nil {
 		return written{}, err
 	}
 	if read.secret == nil {
