@@ -104,9 +104,9 @@ type clientView struct {
 }
 
 // clientTracker reads the selected clients from the cache and remembers the
-// certificates it parsed, by request content, so a reconcile over
-// thousands of clients parses only what changed; and the credential each
-// Certificate holds, by revision, for when its request is gone.
+// credential each Certificate holds: parsed once per request content, so a
+// reconcile over thousands of clients parses only what changed, and kept
+// by revision for when its request is gone.
 type clientTracker struct {
 	reader     client.Reader
 	selector   labels.Selector
@@ -124,8 +124,6 @@ type clientTracker struct {
 	last   *clientRead
 
 	mu sync.Mutex
-	// parsed are the requests' certificates, by request UID.
-	parsed map[types.UID]parsedRequest
 	// held is the credential each Certificate (by UID) held when its
 	// current request was last seen.
 	held map[types.UID]heldCredential
@@ -151,20 +149,18 @@ func (t *clientTracker) changed() {
 	}
 }
 
-type parsedRequest struct {
-	// rv and sum are the request's resourceVersion and content hash when
-	// it was parsed: an unchanged resourceVersion spares hashing it.
+// heldCredential is what a Certificate's request of revision said.
+type heldCredential struct {
+	revision int
+	// request, rv and sum are the request's UID, resourceVersion and
+	// content hash when it was parsed: an unchanged resourceVersion spares
+	// hashing it, an unchanged content parsing it.
+	request types.UID
 	rv      string
 	sum     [sha256.Size]byte
 	leaf    *x509.Certificate
 	ca      []*x509.Certificate
 	problem string
-}
-
-// heldCredential is what a Certificate's request of revision said.
-type heldCredential struct {
-	revision int
-	parsedRequest
 }
 
 // read returns what the decision needs to know of the selected clients, and
@@ -203,7 +199,7 @@ type claim struct {
 func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
 	out := bundle.Clients{Tracked: true}
 	views := map[string]clientView{}
-	seenRequests, seenCerts := map[types.UID]bool{}, map[types.UID]bool{}
+	seen := map[types.UID]bool{}
 	// One lock for the whole read: reads of one tracker do not overlap
 	// (one reconcile at a time), so it is never contended, and taking it
 	// per client cost a pair of atomics for each of thousands.
@@ -241,15 +237,12 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 		for i := range list.Items {
 			crt := &list.Items[i]
 			name := crt.Namespace + "/" + crt.Name
-			seenCerts[crt.UID] = true
+			seen[crt.UID] = true
 			v := clientView{cert: crt, inFlight: issuing(crt)}
 			c := bundle.Client{Name: name, Failed: failed(crt)}
 			if crt.Status.Revision != nil {
-				var held *parsedRequest
+				var held *heldCredential
 				held, v.request, v.problem = t.current(crt, claims[claimKey{owner: crt.UID, revision: *crt.Status.Revision}])
-				if v.request != nil {
-					seenRequests[v.request.UID] = true
-				}
 				if held == nil {
 					c.Unknown = true
 				} else {
@@ -263,13 +256,8 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			out.Items = append(out.Items, c)
 		}
 	}
-	for uid := range t.parsed {
-		if !seenRequests[uid] {
-			delete(t.parsed, uid)
-		}
-	}
 	for uid := range t.held {
-		if !seenCerts[uid] {
+		if !seen[uid] {
 			delete(t.held, uid)
 		}
 	}
@@ -282,34 +270,35 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 // claim on crt's current revision; a request counts only if it also names
 // crt. problem says why the requests do not tell, when that is worth an
 // event. The caller holds t.mu.
-func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*parsedRequest, *cmapi.CertificateRequest, string) {
+func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*heldCredential, *cmapi.CertificateRequest, string) {
 	ours, n := c.request, c.n
 	if n == 1 && ours.Annotations[cmapi.CertificateNameKey] != crt.Name {
 		ours, n = nil, 0
 	}
 	revision := *crt.Status.Revision
+	h, had := t.held[crt.UID]
 	switch {
 	case n > 1:
 		// Only cert-manager should create a second: whoever did can make
 		// either the client's, so neither is believed.
 		return nil, nil, fmt.Sprintf("%d certificate requests claim its revision %d", n, revision)
 	case n == 1 && len(ours.Status.Certificate) > 0:
-		p := t.parse(ours)
-		// Written only when it changed: at rest, a read over thousands
-		// of clients writes nothing.
-		if h, ok := t.held[crt.UID]; !ok || h.revision != revision || h.leaf != p.leaf || h.problem != p.problem {
+		if !had || h.request != ours.UID || h.revision != revision || ours.ResourceVersion == "" || h.rv != ours.ResourceVersion {
+			// Written only when the request changed: at rest, a read
+			// over thousands of clients writes nothing.
+			h = t.parse(ours, revision, h, had)
 			if t.held == nil {
 				t.held = map[types.UID]heldCredential{}
 			}
-			t.held[crt.UID] = heldCredential{revision: revision, parsedRequest: p}
+			t.held[crt.UID] = h
 		}
-		return &p, ours, ""
+		return &h, ours, ""
 	}
 	// The request is gone (cert-manager keeps one revision, and deletes
 	// the current one once the next is under way), or the cache has not
 	// shown its certificate yet.
-	if h, ok := t.held[crt.UID]; ok && h.revision == revision {
-		return &h.parsedRequest, nil, ""
+	if had && h.revision == revision {
+		return &h, nil, ""
 	}
 	return nil, nil, ""
 }
@@ -317,30 +306,23 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*parsedRequest
 // parse reads a request's certificate and CA as cert-manager writes them
 // into the client's Secret: a leaf (and maybe its chain), and the root it
 // trusts the server with. Damaged data reads as no leaf or no CA: such a
-// client is simply not on any root. The caller holds t.mu.
-func (t *clientTracker) parse(cr *cmapi.CertificateRequest) parsedRequest {
-	p, ok := t.parsed[cr.UID]
-	if ok && cr.ResourceVersion != "" && p.rv == cr.ResourceVersion {
-		return p
-	}
-	h := sha256.New()
-	h.Write(cr.Status.Certificate)
-	h.Write([]byte{0})
-	h.Write(cr.Status.CA)
+// client is simply not on any root. What prev held of the same request
+// with the same content is kept, at the same addresses, so the decisions'
+// caches see it once.
+func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev heldCredential, had bool) heldCredential {
+	hash := sha256.New()
+	hash.Write(cr.Status.Certificate)
+	hash.Write([]byte{0})
+	hash.Write(cr.Status.CA)
 	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if p, ok := t.parsed[cr.UID]; ok && p.sum == sum {
-		p.rv = cr.ResourceVersion
-		t.parsed[cr.UID] = p
-		return p
+	hash.Sum(sum[:0])
+	if had && prev.request == cr.UID && prev.sum == sum {
+		prev.revision, prev.rv = revision, cr.ResourceVersion
+		return prev
 	}
-	p = parsedRequest{rv: cr.ResourceVersion, sum: sum}
-	p.leaf, p.ca, p.problem = bundle.ParseClient(cr.Status.Certificate, cr.Status.CA)
-	if t.parsed == nil {
-		t.parsed = map[types.UID]parsedRequest{}
-	}
-	t.parsed[cr.UID] = p
-	return p
+	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum}
+	h.leaf, h.ca, h.problem = bundle.ParseClient(cr.Status.Certificate, cr.Status.CA)
+	return h
 }
 
 // failed reports whether cert-manager's last attempt to issue crt failed
