@@ -37,6 +37,11 @@ const (
 	// annotations on it were changed outside dualca; it was written again
 	// from dualca's record (emitted by the syncer).
 	ReasonGatewayTampered = "GatewayTampered"
+	// ReasonForeignTargetInput: a gateway reads, beside dualca's target,
+	// an input dualca does not own and leaves (a ca.crl in an Istio
+	// Secret, a "<name>-cacert" Secret that Istio prefers to the combined
+	// gateway Secret's bundle).
+	ReasonForeignTargetInput = "ForeignTargetInput"
 	// ReasonGatewayRestored: the gateway Secret was deleted and has been
 	// written again as dualca last wrote it (emitted by the syncer).
 	ReasonGatewayRestored = "GatewayRestored"

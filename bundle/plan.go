@@ -21,6 +21,11 @@ type Gateway struct {
 	// Parsed remembers what earlier decisions parsed of the gateway; nil,
 	// the decision parses the fields afresh (see Parsed).
 	Parsed *Parsed
+	// Lagging: an object the gateway reads its bundle from does not hold
+	// the recorded current root yet (a write of it failed, or it was
+	// deleted or edited). The root's propagation delay then starts again
+	// from this decision, whose write brings it there (see rotate.go).
+	Lagging bool
 }
 
 // Timings are the rotation delays of the zero-downtime strategy.

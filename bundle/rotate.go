@@ -18,6 +18,14 @@ import (
 // found after now (a clock that went back) is brought back to now, so that
 // it never stretches a wait into the far future; and one never recorded
 // starts counting now.
+//
+// A late write: the record is written before the objects the gateway
+// reads, so a write of those that fails (an outage, a policy, a Secret
+// deleted) leaves the record ahead. Counted from the record, the delay
+// would be spent before the gateway was even told, and clients would move
+// to a root it has never loaded. So while the gateway lags behind the
+// record on the current root, RootAddedAt is now: the delay counts from
+// the write that reaches it.
 
 // startRotation returns the state carried over from the gateway Secret,
 // with the rotation the current root starts if it is a new one.
@@ -38,7 +46,7 @@ func (p *planning) startRotation(trusted []*x509.Certificate) State {
 				Message: "new root " + describe(p.root.Cert) + " is trusted next to the roots in use"})
 		}
 	}
-	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(p.stamp) {
+	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(p.stamp) || p.gw.Lagging {
 		st.RootAddedAt = p.stamp
 	}
 	for _, at := range []*time.Time{&st.SwitchedAt, &st.ClientsReadyAt} {

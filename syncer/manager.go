@@ -73,7 +73,7 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("synced", r.ready.check); err != nil {
 		return nil, err
 	}
-	o.Logger.Info("starting", "root", o.RootSecret, "gateway", o.GatewaySecret,
+	o.Logger.Info("starting", "root", o.RootSecret, "targets", targetIDs(o.targets()),
 		"strategy", r.strategy.Name(), "pollInterval", o.PollInterval)
 	return mgr, nil
 }
@@ -111,7 +111,7 @@ func newControllerManager(restCfg *rest.Config, o Options) (ctrl.Manager, error)
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              LeaseName(o.GatewaySecret),
+		LeaderElectionID:              LeaseName(o.Anchor()),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		// One controller per process in production; tests run several
@@ -137,12 +137,19 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	}
 	strategy := newStrategy(o, mgr.GetAPIReader(), certs, mgr.GetClient())
 	o.Metrics.strategy(strategy)
-	store := &gatewayStore{rootKey: o.RootSecret, gatewayKey: o.GatewaySecret, api: mgr.GetAPIReader(),
+	store := &gatewayStore{rootKey: o.RootSecret, shadow: o.shadowKey(), api: mgr.GetAPIReader(),
 		writer: mgr.GetClient(), clock: o.Clock, pollInterval: o.PollInterval, parsed: bundle.NewParsed(),
 		record: &record{key: o.StateSecret, api: mgr.GetAPIReader(), writer: mgr.GetClient()}}
+	for i, t := range o.targets() {
+		ts := &targetState{target: t}
+		if !o.DisableWatches {
+			// Reconciles between polls read these caches (gatewayStore.source).
+			ts.cache = c.targets[i]
+		}
+		store.targets = append(store.targets, ts)
+	}
 	if !o.DisableWatches {
-		// Reconciles between polls read these caches (gatewayStore.source).
-		store.rootCache, store.gatewayCache = c.root, c.gateway
+		store.rootCache, store.shadowCache = c.root, c.shadow
 	}
 	r := &Reconciler{
 		store:    store,
@@ -153,7 +160,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		signatures: bundle.NewSignatures(),
 		clock:      o.Clock,
 		poll:       o.PollInterval,
-		key:        o.GatewaySecret,
+		key:        o.Anchor(),
 	}
 	r.status = newStatusMapOf(mgr, o, c)
 	if c.clients != nil {

@@ -37,6 +37,7 @@ type Metrics struct {
 	lastSync       prometheus.Gauge
 	paused         prometheus.Gauge
 	tampered       prometheus.Counter
+	foreign        prometheus.Gauge
 	untrusted      prometheus.Counter
 	abandoned      prometheus.Gauge
 }
@@ -75,7 +76,9 @@ func NewMetrics() *Metrics {
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
 		tampered: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_gateway_tampered_total",
-			Help: "Times the gateway Secret was found changed outside dualca (its tls.crt, tls.key, ca.crt or dualca.io/ annotations) and written again from dualca's record."}),
+			Help: "Times a target (the gateway Secret, its -cacert Secret, a bundle target) was found changed outside dualca (the keys dualca owns there, a key that would shadow them, the dualca.io/ annotations) and written again from dualca's record."}),
+		foreign: gauge("dualca_target_foreign_inputs",
+			"Inputs found at the last reconcile that a gateway reads beside dualca's targets and dualca does not own: a ca.crl in an Istio target, a <name>-cacert Secret shadowing a combined gateway Secret's bundle."),
 		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_untrusted_roots_total",
 			Help: "Decisions that found a CA dualca never read from the root Secret where a root was expected (ca.crt, tls.crt, a selected client's ca.crt) and did not trust it."}),
 		paused: gauge("dualca_paused",
@@ -96,7 +99,7 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
 		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused,
-		m.tampered, m.untrusted, m.abandoned}
+		m.tampered, m.foreign, m.untrusted, m.abandoned}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -16,8 +17,20 @@ import (
 type Options struct {
 	// RootSecret is the cert-manager CA Secret followed (read only).
 	RootSecret types.NamespacedName
-	// GatewaySecret is the Secret dualca owns and the gateway reads.
+	// GatewaySecret is the Secret dualca owns and the gateway reads: the
+	// server credential, and in the combined form the bundle too. Empty
+	// when the gateway serves a credential of its own and reads only the
+	// bundle, from BundleTargets.
 	GatewaySecret types.NamespacedName
+	// GatewayForm is FormCombined (the default) or FormSplit (the bundle
+	// in a Secret named after the gateway Secret with "-cacert").
+	GatewayForm string
+	// BundleTargets are objects that hold the trust bundle alone, under
+	// BundleKey (default ca.crt); those that are Secrets have the type
+	// BundleSecretType (default Opaque).
+	BundleTargets    []BundleTarget
+	BundleKey        string
+	BundleSecretType corev1.SecretType
 	// StateSecret is dualca's record (see record.go): written only by
 	// dualca's account, it is what every decision starts from.
 	StateSecret types.NamespacedName
@@ -78,14 +91,17 @@ func (o *Options) complete() error {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if len(o.targets()) == 0 {
+		return errors.New("syncer options: no gateway Secret and no bundle target to write")
+	}
 	if o.StateSecret.Name == "" {
-		o.StateSecret = DefaultStateSecret(o.GatewaySecret)
+		o.StateSecret = DefaultStateSecret(o.Anchor())
 	}
 	if o.StatusConfigMap.Name == "" {
-		o.StatusConfigMap = DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret)
+		o.StatusConfigMap = DefaultStatusConfigMap(o.Anchor(), o.StateSecret)
 	}
 	if o.LeaderElectionNamespace == "" {
-		o.LeaderElectionNamespace = o.GatewaySecret.Namespace
+		o.LeaderElectionNamespace = o.Anchor().Namespace
 	}
 	return nil
 }

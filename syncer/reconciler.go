@@ -76,7 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	// trusts the new root before any client is moved to it.
 	if r.renewer != nil {
 		if n := r.renewer.update(dueClients(p.rootFP, p.decision.Renew, p.views)); n > 0 {
-			r.report.renewalsQueued(p.written.secret, n, p.decision)
+			r.report.renewalsQueued(p.written.object, n, p.decision)
 		}
 	}
 	statusWait := r.publishStatus(ctx, p, now)
@@ -86,14 +86,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // attempt is one pass of root → gateway → clients → plan → write; a
 // conflict on the write makes Reconcile try again from fresh reads.
 func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
-	rootFrom, gatewayFrom := r.store.source(attempt)
+	rootFrom, fresh := r.store.source(attempt)
 	root, rootObj, err := r.store.readRoot(ctx, rootFrom)
 	if err != nil {
 		return pass{}, r.report.invalidRoot(ctx, rootObj, err)
 	}
 	p := pass{rootFP: root.Fingerprint}
 	r.report.rootSeen(root.Fingerprint, r.clock.Now())
-	gateway, err := r.store.readGateway(ctx, gatewayFrom)
+	gateway, err := r.store.readGateway(ctx, fresh)
 	if err != nil {
 		return p, err
 	}

@@ -51,6 +51,10 @@ const (
 	// a root's key. The key is taken back from the gateway Secret only if
 	// it is still the one dualca wrote there.
 	annotationKeyDigest = bundle.AnnotationPrefix + "tls-key-digest"
+	// annotationTargetDigests and annotationPreviousTargetDigests are the
+	// same for the targets but the primary, as "id=digest" pairs.
+	annotationTargetDigests         = bundle.AnnotationPrefix + "target-digests"
+	annotationPreviousTargetDigests = bundle.AnnotationPrefix + "previous-target-digests"
 )
 
 // record reads and writes dualca's record. It keeps the record as last
@@ -97,24 +101,24 @@ func (r *record) read(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 	return obj, nil
 }
 
-// write makes the record describe gateway, the Secret about to be written
-// for d in place of the one found; meant is the digest of the one found
-// when dualca meant it (examine), else "". Nothing when the record
-// describes gateway already.
-func (r *record) write(ctx context.Context, gateway *corev1.Secret, meant string, d bundle.Decision, root *bundle.Root) error {
-	desired := r.desired(gateway, meant, d, root)
-	if r.last != nil && maps.Equal(r.last.Annotations, desired.Annotations) && dataEqual(r.last.Data, desired.Data) {
+// write makes the record describe desired, the targets about to be
+// written for d in place of those found; meant are the digests of the
+// targets found that dualca meant (examine). Nothing when the record
+// describes them already.
+func (r *record) write(ctx context.Context, ts []*targetState, desired []client.Object, meant map[string]string, d bundle.Decision, root *bundle.Root) error {
+	rec := r.desired(ts, desired, meant, d, root)
+	if r.last != nil && maps.Equal(r.last.Annotations, rec.Annotations) && dataEqual(r.last.Data, rec.Data) {
 		return nil
 	}
 	var err error
 	if r.last == nil {
-		err = r.writer.Create(ctx, desired)
+		err = r.writer.Create(ctx, rec)
 		if apierrors.IsAlreadyExists(err) {
 			r.loaded = false // someone created it meanwhile: read it again
-			return apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
+			return apierrors.NewConflict(corev1.Resource("secrets"), rec.Name, err)
 		}
 	} else {
-		err = r.writer.Update(ctx, desired)
+		err = r.writer.Update(ctx, rec)
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) {
@@ -123,56 +127,109 @@ func (r *record) write(ctx context.Context, gateway *corev1.Secret, meant string
 		}
 		return fmt.Errorf("writing dualca's record %s: %w", r.key, err)
 	}
-	r.last = desired
+	r.last = rec
 	return nil
 }
 
-// desired is the record describing gateway. Its previous digest is meant,
-// the digest of the gateway found when dualca meant it (the record's, or
-// the one before), else the record's own: the gateway a failed write
-// leaves in place is never taken for tampering, however many decisions
-// pass before a write succeeds.
-func (r *record) desired(gateway *corev1.Secret, meant string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
-	desired := &corev1.Secret{
+// desired is the record describing the targets desired. Each target's
+// previous digest is its digest as found when dualca meant it (the
+// record's, or the one before), else the record's own: a target a failed
+// write leaves in place is never taken for tampering, however many
+// decisions pass before a write succeeds.
+func (r *record) desired(ts []*targetState, desired []client.Object, meant map[string]string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
+	rec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "dualca"}},
 		Type: corev1.SecretTypeOpaque,
 	}
-	previous := ""
+	var last, lastPrevious map[string]string
 	if r.last != nil {
-		desired = r.last.DeepCopy()
-		previous = r.last.Annotations[annotationDigest]
-		if meant != "" {
-			previous = meant
+		rec = r.last.DeepCopy()
+		last, lastPrevious = recordDigests(r.last, ts, false), recordDigests(r.last, ts, true)
+	}
+	rec.Annotations = d.State.Annotations()
+	digests, previous := map[string]string{}, map[string]string{}
+	for i, t := range ts {
+		id := t.id()
+		digest := t.digest(desired[i])
+		digests[id] = digest
+		before := last[id]
+		if m := meant[id]; r.last != nil && m != "" {
+			before = m
+		}
+		switch {
+		case before != "" && before != digest:
+			previous[id] = before
+		case lastPrevious[id] != "":
+			previous[id] = lastPrevious[id]
 		}
 	}
-	desired.Annotations = d.State.Annotations()
-	digest := gatewayDigest(gateway)
-	desired.Annotations[annotationDigest] = digest
-	switch {
-	case previous != "" && previous != digest:
-		desired.Annotations[annotationPreviousDigest] = previous
-	case r.last != nil && r.last.Annotations[annotationPreviousDigest] != "":
-		desired.Annotations[annotationPreviousDigest] = r.last.Annotations[annotationPreviousDigest]
-	}
-	desired.Data = map[string][]byte{
+	setDigests(rec.Annotations, ts, digests, false)
+	setDigests(rec.Annotations, ts, previous, true)
+	rec.Data = map[string][]byte{
 		corev1.TLSCertKey: d.CertPEM,
 		caKey:             d.CAPEM,
 		recordRoots:       encodeCerts(d.Known),
 	}
 	if bytes.Equal(d.KeyPEM, root.KeyPEM) {
-		desired.Annotations[annotationKeyDigest] = keyDigest(d.KeyPEM)
+		rec.Annotations[annotationKeyDigest] = keyDigest(d.KeyPEM)
 	} else {
-		desired.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
+		rec.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
 	}
-	return desired
+	return rec
+}
+
+// recordDigests are the digests of the targets a record describes (or,
+// previous, of those they replaced), by target id. The primary's is
+// annotationDigest, where earlier versions kept the gateway Secret's; the
+// others' are annotationTargetDigests, "id=digest" joined by commas.
+func recordDigests(rec *corev1.Secret, ts []*targetState, previous bool) map[string]string {
+	primary, others := annotationDigest, annotationTargetDigests
+	if previous {
+		primary, others = annotationPreviousDigest, annotationPreviousTargetDigests
+	}
+	out := map[string]string{}
+	if rec == nil {
+		return out
+	}
+	if len(ts) > 0 && rec.Annotations[primary] != "" {
+		out[ts[0].id()] = rec.Annotations[primary]
+	}
+	for _, pair := range strings.Split(rec.Annotations[others], ",") {
+		if id, digest, ok := strings.Cut(pair, "="); ok {
+			out[id] = digest
+		}
+	}
+	return out
+}
+
+// setDigests is the inverse of recordDigests.
+func setDigests(a map[string]string, ts []*targetState, digests map[string]string, previous bool) {
+	primary, others := annotationDigest, annotationTargetDigests
+	if previous {
+		primary, others = annotationPreviousDigest, annotationPreviousTargetDigests
+	}
+	var pairs []string
+	for i, t := range ts {
+		d := digests[t.id()]
+		switch {
+		case d == "":
+		case i == 0:
+			a[primary] = d
+		default:
+			pairs = append(pairs, t.id()+"="+d)
+		}
+	}
+	if len(pairs) > 0 {
+		a[others] = strings.Join(pairs, ",")
+	}
 }
 
 // gatewayOfRecord is what the decisions start from: the gateway as the
 // record describes it, and the roots read from the root Secret. Where the
 // record holds a digest for tls.key (a root's key), the key is the gateway
 // Secret's if it has that digest, else there is none.
-func gatewayOfRecord(rec, gateway *corev1.Secret, known []*x509.Certificate, parsed *bundle.Parsed) bundle.Gateway {
+func gatewayOfRecord(rec *corev1.Secret, credential client.Object, known []*x509.Certificate, parsed *bundle.Parsed) bundle.Gateway {
 	gw := bundle.Gateway{
 		Exists:  true,
 		CertPEM: rec.Data[corev1.TLSCertKey],
@@ -184,77 +241,55 @@ func gatewayOfRecord(rec, gateway *corev1.Secret, known []*x509.Certificate, par
 	}
 	if digest := rec.Annotations[annotationKeyDigest]; digest != "" {
 		gw.KeyPEM = nil
-		if gateway != nil && keyDigest(gateway.Data[corev1.TLSPrivateKeyKey]) == digest {
-			gw.KeyPEM = gateway.Data[corev1.TLSPrivateKeyKey]
+		if key := dataOf(credential)[corev1.TLSPrivateKeyKey]; credential != nil && keyDigest(key) == digest {
+			gw.KeyPEM = key
 		}
 	}
 	return gw
 }
 
-// examine compares the gateway Secret found with the record. tampered is
-// "" when it is the one the record describes, or the one it replaced (a
-// write of the gateway that did not follow the record's); else the parts
-// that differ, named, never shown. meant is the digest of a gateway found
-// that is not tampered with, for the record's next write; "" when none was
-// found. The gateway is digested once, here.
-func examine(gateway, rec *corev1.Secret) (tampered, meant string) {
-	if gateway == nil {
-		return "", ""
-	}
-	digest := gatewayDigest(gateway)
-	if rec == nil || digest == rec.Annotations[annotationDigest] || digest == rec.Annotations[annotationPreviousDigest] {
-		return "", digest
-	}
+// examine compares the targets found with the record. tampered is "" when
+// each is the one the record describes, or the one it replaced (a write
+// that did not follow the record's); else the parts that differ, named,
+// never shown. meant are the digests of the targets found that are not
+// tampered with, by target, for the record's next write. Each target is
+// digested once, here.
+func examine(ts []*targetState, found []client.Object, rec *corev1.Secret) (tampered string, meant map[string]string) {
+	meant = map[string]string{}
+	digests, previous := recordDigests(rec, ts, false), recordDigests(rec, ts, true)
 	var changed []string
-	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, caKey} {
-		want, ok := rec.Data[k]
-		switch {
-		case k == corev1.TLSPrivateKeyKey && !ok: // a root's key: never in the record, its digest is
-			if keyDigest(gateway.Data[k]) != rec.Annotations[annotationKeyDigest] {
-				changed = append(changed, k)
-			}
-		case !bytes.Equal(gateway.Data[k], want):
-			changed = append(changed, k)
+	for i, t := range ts {
+		if found[i] == nil {
+			continue
 		}
-	}
-	ours := dualcaAnnotations(gateway.Annotations)
-	for k, v := range dualcaAnnotations(rec.Annotations) {
-		if k != annotationDigest && k != annotationPreviousDigest && k != annotationKeyDigest && ours[k] != v {
-			changed = append(changed, k)
+		digest := t.digest(found[i])
+		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] {
+			meant[t.id()] = digest
+			continue
 		}
-	}
-	for k := range ours {
-		if _, ok := rec.Annotations[k]; !ok {
-			changed = append(changed, k)
+		c := content{certPEM: rec.Data[corev1.TLSCertKey], keyPEM: rec.Data[corev1.TLSPrivateKeyKey],
+			caPEM: rec.Data[caKey], annotations: recordState(rec)}
+		diff := t.differences(found[i], c, rec.Annotations[annotationKeyDigest])
+		if len(diff) == 0 {
+			diff = []string{"content"}
 		}
-	}
-	if gateway.Type != corev1.SecretTypeTLS {
-		changed = append(changed, "type")
+		for _, d := range diff {
+			changed = append(changed, t.label(d))
+		}
 	}
 	slices.Sort(changed)
-	if len(changed) == 0 {
-		changed = []string{"content"}
-	}
-	return strings.Join(slices.Compact(changed), ", "), ""
+	return strings.Join(slices.Compact(changed), ", "), meant
 }
 
-// gatewayDigest is the digest of what dualca owns in the gateway Secret:
-// its type, tls.crt, tls.key, ca.crt and the dualca.io/ annotations.
-func gatewayDigest(s *corev1.Secret) string {
-	h := sha256.New()
-	field := func(k string, v []byte) {
-		_, _ = fmt.Fprintf(h, "%s %d\n", k, len(v))
-		h.Write(v)
+// recordState is the dualca annotations of the record that the primary
+// target carries too: all but the record's own.
+func recordState(rec *corev1.Secret) map[string]string {
+	out := dualcaAnnotations(rec.Annotations)
+	for _, k := range []string{annotationDigest, annotationPreviousDigest, annotationKeyDigest,
+		annotationTargetDigests, annotationPreviousTargetDigests} {
+		delete(out, k)
 	}
-	field("type", []byte(s.Type))
-	for _, k := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, caKey} {
-		field("data:"+k, s.Data[k])
-	}
-	ours := dualcaAnnotations(s.Annotations)
-	for _, k := range slices.Sorted(maps.Keys(ours)) {
-		field("annotation:"+k, []byte(ours[k]))
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return out
 }
 
 func keyDigest(key []byte) string {

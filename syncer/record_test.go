@@ -6,17 +6,38 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/legacy"
 )
 
+// combined is the one target of a combined gateway Secret.
+func combined() []*targetState {
+	return statesOf(Options{GatewaySecret: types.NamespacedName{Namespace: "agents", Name: "gw"}})
+}
+
+// statesOf are the targets o makes dualca write, as the store keeps them.
+func statesOf(o Options) []*targetState {
+	var out []*targetState
+	for _, t := range o.targets() {
+		out = append(out, &targetState{target: t})
+	}
+	return out
+}
+
 // gatewayFor is the gateway Secret the store writes for d, with another
 // controller's annotation on it.
 func gatewayFor(d bundle.Decision) *corev1.Secret {
-	s := (&gatewayStore{gatewayKey: types.NamespacedName{Namespace: "agents", Name: "gw"}}).desired(nil, d)
+	s := combined()[0].desired(nil, contentOf(d)).(*corev1.Secret)
 	s.Annotations["example.com/owner"] = "platform-team"
 	return s
+}
+
+// recordOf is rec's next content when gateway is written for d, the
+// gateway found having the digest meant when dualca meant it.
+func recordOf(rec *record, gateway *corev1.Secret, meant map[string]string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
+	return rec.desired(combined(), []client.Object{gateway}, meant, d, root)
 }
 
 // TestTheRecordTellsTamperingFromItsOwnWrites: a gateway Secret is
@@ -31,9 +52,9 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	r := newRotation(t)
 	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
 	before := gatewayFor(r.steady)
-	rec.last = rec.desired(before, "", r.steady, r.r1)
+	rec.last = recordOf(rec, before, nil, r.steady, r.r1)
 	after := gatewayFor(r.renew)
-	next := rec.desired(after, meant(before, rec.last), r.renew, r.r2)
+	next := recordOf(rec, after, meant(before, rec.last), r.renew, r.r2)
 
 	g.Expect(tampered(before, rec.last)).To(BeEmpty(), "the gateway the record describes")
 	g.Expect(tampered(after, next)).To(BeEmpty(), "the gateway the new record describes")
@@ -45,7 +66,7 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	held := &record{key: rec.key, last: next}
 	paused := r.renew
 	paused.State.Paused = bundle.PausedTrue
-	ahead := held.desired(gatewayFor(paused), meant(before, held.last), paused, r.r2)
+	ahead := recordOf(held, gatewayFor(paused), meant(before, held.last), paused, r.r2)
 	g.Expect(tampered(before, ahead)).To(BeEmpty(), "the gateway left by refused writes, two records later")
 	g.Expect(tampered(after, ahead)).NotTo(BeEmpty(), "a gateway dualca never left in place is not")
 
@@ -80,7 +101,7 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 	r := newRotation(t)
 	d := legacy.Plan(bundle.Gateway{}, r.r1, r.clients, r.now)
 	gw := gatewayFor(d)
-	rec := (&record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}).desired(gw, "", d, r.r1)
+	rec := recordOf(&record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}, gw, nil, d, r.r1)
 
 	g.Expect(rec.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey))
 	for k, v := range rec.Data {
@@ -96,7 +117,7 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 	g.Expect(tampered(changed, rec)).To(Equal("tls.key"))
 
 	// The zero-downtime strategy's tls.key is the server leaf's, never a root's.
-	z := (&record{}).desired(gatewayFor(r.renew), "", r.renew, r.r2)
+	z := recordOf(&record{}, gatewayFor(r.renew), nil, r.renew, r.r2)
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).To(Equal(r.renew.KeyPEM))
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r1.KeyPEM))
 	g.Expect(z.Data[corev1.TLSPrivateKeyKey]).NotTo(Equal(r.r2.KeyPEM))
@@ -105,12 +126,20 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 
 // tampered is examine's verdict on gateway.
 func tampered(gateway, rec *corev1.Secret) string {
-	t, _ := examine(gateway, rec)
+	t, _ := examine(combined(), found(gateway), rec)
 	return t
 }
 
-// meant is the digest examine hands the record's next write for gateway.
-func meant(gateway, rec *corev1.Secret) string {
-	_, m := examine(gateway, rec)
+// meant is the digests examine hands the record's next write for gateway.
+func meant(gateway, rec *corev1.Secret) map[string]string {
+	_, m := examine(combined(), found(gateway), rec)
 	return m
+}
+
+// found is the combined gateway Secret as the store finds it.
+func found(gateway *corev1.Secret) []client.Object {
+	if gateway == nil {
+		return []client.Object{nil}
+	}
+	return []client.Object{gateway}
 }

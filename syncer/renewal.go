@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -176,7 +177,7 @@ func newRenewer(strategy Strategy, o Options) *renewer {
 // operators look), the client's Certificate as the related object: the
 // events API would fold the events of several clients into one series
 // otherwise. gateway reads the gateway Secret; nil from it, no event.
-func (w *renewer) reportTo(rec recorder.EventRecorder, gateway func(context.Context) *corev1.Secret) {
+func (w *renewer) reportTo(rec recorder.EventRecorder, gateway func(context.Context) client.Object) {
 	w.report = func(clients []abandonedClient) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

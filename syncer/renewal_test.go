@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestRenewalRateLimiterPacesAndBacksOff checks the delays the renewal queue
@@ -192,7 +193,12 @@ func TestAnAbandonedClientIsAWarningOnTheGatewaySecret(t *testing.T) {
 	gateway := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "gw", Name: "gateway"}}
 	w := newRenewer(&zeroDowntime{}, testOptions())
 	defer w.queue.ShutDown()
-	w.reportTo(rec, func(context.Context) *corev1.Secret { return gateway })
+	w.reportTo(rec, func(context.Context) client.Object {
+		if gateway == nil {
+			return nil // as the store says it: no object
+		}
+		return gateway
+	})
 	a := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
 	b := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}
 	root := "3f9a1c2b7d4e" + strings.Repeat("0", 52)
@@ -357,10 +363,12 @@ func TestProgressOnlyChangesAreTold(t *testing.T) {
 	data := progress.DeepCopy()
 	data.Data["ca.crt"] = []byte("b")
 
-	g.Expect(progressOnly(base, progress)).To(BeTrue())
-	g.Expect(progressOnly(base, phase)).To(BeFalse(), "a phase change is written at once")
-	g.Expect(progressOnly(base, data)).To(BeFalse(), "a bundle change is written at once")
-	g.Expect(progressOnly(base, base.DeepCopy())).To(BeFalse(), "nothing changed")
+	s := &gatewayStore{targets: combined()}
+	only := func(a, b *corev1.Secret) bool { return s.progressOnly([]client.Object{a}, []client.Object{b}) }
+	g.Expect(only(base, progress)).To(BeTrue())
+	g.Expect(only(base, phase)).To(BeFalse(), "a phase change is written at once")
+	g.Expect(only(base, data)).To(BeFalse(), "a bundle change is written at once")
+	g.Expect(only(base, base.DeepCopy())).To(BeFalse(), "nothing changed")
 }
 
 // TestRenewerOverlapsAsManyRoundTripsAsItsRateNeeds: with every round trip

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -28,9 +30,9 @@ type reporter struct {
 	strategy Strategy
 	rootKey  types.NamespacedName
 	qps      float64
-	// gateway is the gateway Secret as the API server has it, or nil: what
-	// an event about a missing root is about.
-	gateway func(context.Context) *corev1.Secret
+	// gateway is the primary target as the API server has it, or nil:
+	// what an event about a missing root is about.
+	gateway func(context.Context) client.Object
 	roots   rootWatch
 
 	// lastInvalid is the reason last reported for an invalid root; "" once
@@ -38,6 +40,8 @@ type reporter struct {
 	lastInvalid string
 	// clientProblems are the problems last reported, by client.
 	clientProblems map[string]string
+	// lastForeign is the foreign inputs last reported, joined.
+	lastForeign string
 }
 
 // rootSeen records a usable root read.
@@ -103,24 +107,41 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayTampered,
 			Message: "gateway Secret was changed outside dualca (" + p.written.tampered + "); written again from dualca's record, nothing of it trusted"}}, events...)
 	}
-	if p.written.restored {
+	if len(p.written.restored) > 0 {
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
-			Message: "gateway Secret was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)
+			Message: "deleted (" + strings.Join(p.written.restored, ", ") + "); restored as dualca last wrote it, server credential and rotation state included"}}, events...)
 	}
+	events = append(r.foreign(p.written.foreign), events...)
 	log := logf.FromContext(ctx)
 	if p.written.wrote {
 		log.Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
 			"root", bundle.Short(d.State.Root), "server", bundle.Short(d.State.Server), "roots", len(d.State.BundleRoots))
 	}
 	for _, e := range sameReasonTogether(events) {
-		r.event(p.written.secret, e)
+		r.event(p.written.object, e)
 		log.Info("event", "reason", e.Reason, "warning", e.Warning, "message", e.Message)
 	}
-	r.clients(ctx, p.written.secret, p.views)
+	r.clients(ctx, p.written.object, p.views)
+}
+
+// foreign sets the foreign inputs' gauge and returns a Warning when they
+// changed and some remain: told once, not at every reconcile.
+func (r *reporter) foreign(found []string) []bundle.Event {
+	r.metrics.foreign.Set(float64(len(found)))
+	joined := strings.Join(found, "; ")
+	if joined == r.lastForeign {
+		return nil
+	}
+	r.lastForeign = joined
+	if joined == "" {
+		return nil
+	}
+	return []bundle.Event{{Warning: true, Reason: bundle.ReasonForeignTargetInput,
+		Message: "the gateway reads what dualca does not own, left as found: " + joined}}
 }
 
 // renewalsQueued tells that n clients were queued for renewal, once per batch.
-func (r *reporter) renewalsQueued(gateway *corev1.Secret, n int, d bundle.Decision) {
+func (r *reporter) renewalsQueued(gateway client.Object, n int, d bundle.Decision) {
 	r.event(gateway, bundle.Event{Reason: bundle.ReasonClientRenewalTriggered,
 		Message: r.strategy.RenewalMessage(clientCount(n), bundle.Short(d.State.Root), r.qps)})
 }
@@ -130,7 +151,7 @@ func (r *reporter) renewalsQueued(gateway *corev1.Secret, n int, d bundle.Decisi
 // Warning event on the gateway Secret (where dualca may write events, and
 // where operators look) and a log line. Such a client is on no root, so a
 // rotation renews it.
-func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views map[string]clientView) {
+func (r *reporter) clients(ctx context.Context, gateway client.Object, views map[string]clientView) {
 	if r.clientProblems == nil {
 		r.clientProblems = map[string]string{}
 	}
@@ -163,7 +184,10 @@ func (r *reporter) clients(ctx context.Context, gateway *corev1.Secret, views ma
 	}
 }
 
-func (r *reporter) event(gateway *corev1.Secret, e bundle.Event) {
+func (r *reporter) event(gateway client.Object, e bundle.Event) {
+	if gateway == nil {
+		return
+	}
 	typ := corev1.EventTypeNormal
 	if e.Warning {
 		typ = corev1.EventTypeWarning

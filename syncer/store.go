@@ -3,15 +3,16 @@ package syncer
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,36 +26,49 @@ import (
 // written to the gateway Secret.
 const progressEvery = 5 * time.Second
 
-// gatewayStore reads the root, dualca's record and the gateway Secret, and
-// writes the record, then the gateway. What it keeps between reconciles is
-// its own: when it last read from the API server (the poll), the record as
-// it last read or wrote it (record.go), and when it last wrote (to pace
-// writes of the client progress alone). Reconciles run one at a time, so
-// it needs no lock.
+// gatewayStore reads the root, dualca's record and the targets, and writes
+// the record, then the targets. What it keeps between reconciles is its
+// own: when it last read from the API server (the poll), the record as it
+// last read or wrote it (record.go), each target's version, and when it
+// last wrote (to pace writes of the client progress alone). Reconciles run
+// one at a time, so it needs no lock.
 type gatewayStore struct {
-	rootKey, gatewayKey types.NamespacedName
-	api                 client.Reader // uncached: every poll reads here
-	// rootCache and gatewayCache are the single-object caches, read between
-	// polls (see source); nil when watches are disabled.
-	rootCache, gatewayCache client.Reader
-	writer                  client.Writer
-	clock                   clock.PassiveClock
-	pollInterval            time.Duration
+	rootKey types.NamespacedName
+	// targets are the objects written (targets.go), the primary first.
+	targets []*targetState
+	// shadow is a Secret that would shadow the gateway's bundle (see
+	// Options.shadowKey); its zero key when there is none to watch.
+	shadow      types.NamespacedName
+	shadowCache client.Reader
+	api         client.Reader // uncached: every poll reads here
+	// rootCache is the root's single-object cache, read between polls
+	// (see source); nil when watches are disabled.
+	rootCache    client.Reader
+	writer       client.Writer
+	clock        clock.PassiveClock
+	pollInterval time.Duration
 
-	// lastPoll is when root and gateway were last read from the API server.
+	// lastPoll is when root and targets were last read from the API server.
 	lastPoll time.Time
-	// gatewayRV is the gateway's resourceVersion as last read from the API
-	// server or written; "" when it was absent.
-	gatewayRV string
 	// record is dualca's record, what every decision starts from.
 	record *record
-	// lastWrite is when the gateway Secret was last written.
+	// lastWrite is when the primary target was last written.
 	lastWrite time.Time
 	// parsed remembers what the decisions parsed of the gateway's fields:
 	// at rest they hold the same bytes at every reconcile.
 	parsed *bundle.Parsed
+}
+
+// targetState is a target and what the store keeps of it.
+type targetState struct {
+	target
+	// cache is its single-object cache; nil when watches are disabled.
+	cache client.Reader
+	// rv is its resourceVersion as last read from the API server or
+	// written; "" when it was absent.
+	rv string
 	// ownVersion is the resourceVersion of dualca's last write, read by
-	// the gateway watch's predicate on the informer's goroutine.
+	// the watch's predicate on the informer's goroutine.
 	ownVersion atomic.Pointer[string]
 }
 
@@ -63,39 +77,47 @@ type gatewayStore struct {
 // scheduled its next check, so the watch event it causes brings nothing
 // to decide. Skipping it saves a reconcile per write, which a root
 // arriving meanwhile would wait for.
-func (s *gatewayStore) ownWrite(obj *corev1.Secret) bool {
-	rv := s.ownVersion.Load()
-	return rv != nil && obj.ResourceVersion != "" && obj.ResourceVersion == *rv
+func (t *targetState) ownWrite(obj client.Object) bool {
+	rv := t.ownVersion.Load()
+	return rv != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() == *rv
 }
 
-// notOwnWrite lets every gateway event through but the creation or update
-// to the version dualca wrote last (see ownWrite). A deletion always
-// passes, whatever version it last had.
-func (s *gatewayStore) notOwnWrite() predicate.TypedPredicate[*corev1.Secret] {
-	return predicate.TypedFuncs[*corev1.Secret]{
-		CreateFunc: func(e event.TypedCreateEvent[*corev1.Secret]) bool { return !s.ownWrite(e.Object) },
-		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Secret]) bool { return !s.ownWrite(e.ObjectNew) },
+// wrote remembers the version of t that dualca just wrote.
+func (t *targetState) wrote(obj client.Object) {
+	t.rv = obj.GetResourceVersion()
+	rv := t.rv
+	t.ownVersion.Store(&rv)
+}
+
+// notOwnWrite lets every event of the target through but the creation or
+// update to the version dualca wrote last (see ownWrite). A deletion
+// always passes, whatever version it last had.
+func notOwnWrite[T client.Object](t *targetState) predicate.TypedPredicate[T] {
+	return predicate.TypedFuncs[T]{
+		CreateFunc: func(e event.TypedCreateEvent[T]) bool { return !t.ownWrite(e.Object) },
+		UpdateFunc: func(e event.TypedUpdateEvent[T]) bool { return !t.ownWrite(e.ObjectNew) },
 	}
 }
 
-// source returns where this reconcile reads the root and the gateway.
+// source returns where this reconcile reads the root, and whether it
+// reads the targets fresh from the API server.
 //
-// The poll, and every retry after a conflict, reads both from the API
-// server: that is what repairs a lost or stalled watch. A reconcile between
-// polls was started by an event of the single-object caches or by a delay
-// ending, and reads the caches, which saves two requests on the propagation
-// path and for every client event of a fan-out. A stale cache cannot do
-// harm: the root cache is the very source of the root's events (a newer
-// root arrives as its own event), and a gateway cached at another version
-// than the one dualca last read or wrote is read again from the API server;
-// a write decided from a gateway that changed meanwhile fails on its
-// resourceVersion and is retried fresh.
-func (s *gatewayStore) source(attempt int) (root, gateway client.Reader) {
+// The poll, and every retry after a conflict, reads everything from the
+// API server: that is what repairs a lost or stalled watch. A reconcile
+// between polls was started by an event of the single-object caches or by
+// a delay ending, and reads the caches, which saves requests on the
+// propagation path and for every client event of a fan-out. A stale cache
+// cannot do harm: the root cache is the very source of the root's events
+// (a newer root arrives as its own event), and a target cached at another
+// version than the one dualca last read or wrote is read again from the
+// API server; a write decided from a target that changed meanwhile fails
+// on its resourceVersion and is retried fresh.
+func (s *gatewayStore) source(attempt int) (root client.Reader, fresh bool) {
 	if s.rootCache == nil || attempt > 0 || s.clock.Since(s.lastPoll) >= s.pollInterval*9/10 {
 		s.lastPoll = s.clock.Now()
-		return s.api, s.api
+		return s.api, true
 	}
-	return s.rootCache, s.gatewayCache
+	return s.rootCache, false
 }
 
 // readRoot returns the validated root, read through from. Any reason the
@@ -117,75 +139,165 @@ func (s *gatewayStore) readRoot(ctx context.Context, from client.Reader) (*bundl
 	return root, obj, err
 }
 
-// gatewayRead is the gateway Secret as a reconcile found it.
+// gatewayRead is the targets as a reconcile found them.
 type gatewayRead struct {
-	// secret is the Secret; nil when absent.
-	secret *corev1.Secret
+	// found are the targets, in the store's order; nil for one absent.
+	found []client.Object
 	// state is what the decisions start from: the gateway as dualca's
-	// record describes it, so that a Secret deleted or edited behind
+	// record describes it, so that a target deleted or edited behind
 	// dualca's back changes nothing of the rotation (its server credential
 	// cannot be made again once the old root's key has left the root
-	// Secret). With no record, the gateway found, adopted as a fresh start.
+	// Secret). With no record, the targets found, adopted as a fresh start.
 	state bundle.Gateway
-	// tampered names what differs between the Secret and the record; ""
+	// tampered names what differs between the targets and the record; ""
 	// when nothing does (see examine).
 	tampered string
-	// meant is the Secret's digest when dualca meant it, for the record's
-	// next write (see examine); "" otherwise.
-	meant string
+	// meant are the digests of the targets found that dualca meant, by
+	// target, for the record's next write (see examine).
+	meant map[string]string
+	// foreign names what the gateways read that dualca does not own and
+	// leaves (a ca.crl, a shadowing Secret), each as "target: input".
+	foreign []string
 }
 
-// restoring reports whether the Secret was deleted and is about to be
-// written again from what dualca last knew of it.
-func (g gatewayRead) restoring() bool { return g.secret == nil && g.state.Exists }
+// restoring names the targets deleted and about to be written again from
+// what dualca last knew of them.
+func (g gatewayRead) restoring(ts []*targetState) []string {
+	var out []string
+	if !g.state.Exists {
+		return nil
+	}
+	for i, t := range ts {
+		if g.found[i] == nil {
+			out = append(out, t.id())
+		}
+	}
+	return out
+}
 
 // readGateway reads the record (from the API server when fresh) and the
-// gateway Secret through from; a cached copy of the gateway at another
-// version than the one dualca knows is read again from the API server.
-func (s *gatewayStore) readGateway(ctx context.Context, from client.Reader) (gatewayRead, error) {
-	rec, err := s.record.read(ctx, from == s.api)
+// targets; a cached copy of a target at another version than the one
+// dualca knows is read again from the API server.
+func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead, error) {
+	rec, err := s.record.read(ctx, fresh)
 	if err != nil {
 		return gatewayRead{}, err
 	}
-	obj := &corev1.Secret{}
-	err = from.Get(ctx, s.gatewayKey, obj)
-	if from != s.api && (client.IgnoreNotFound(err) != nil || obj.ResourceVersion != s.gatewayRV) {
-		obj = &corev1.Secret{}
-		err = s.api.Get(ctx, s.gatewayKey, obj)
+	read := gatewayRead{found: make([]client.Object, len(s.targets))}
+	for i, t := range s.targets {
+		if read.found[i], err = s.readTarget(ctx, t, fresh); err != nil {
+			return gatewayRead{}, err
+		}
+		for _, in := range t.foreign(read.found[i]) {
+			read.foreign = append(read.foreign, t.id()+": "+in)
+		}
 	}
-	switch {
-	case apierrors.IsNotFound(err):
-		s.gatewayRV, obj = "", nil
-	case err != nil:
-		return gatewayRead{}, fmt.Errorf("reading gateway secret %s: %w", s.gatewayKey, err)
-	default:
-		s.gatewayRV = obj.ResourceVersion
+	if shadowed, err := s.shadowed(ctx, fresh); err != nil {
+		return gatewayRead{}, err
+	} else if shadowed {
+		read.foreign = append(read.foreign, s.targets[0].id()+": shadowed by "+KindSecret+"/"+s.shadow.String())
 	}
-	read := gatewayRead{secret: obj}
-	read.tampered, read.meant = examine(obj, rec)
+	read.tampered, read.meant = examine(s.targets, read.found, rec)
+	credential := s.credential(read.found)
 	switch {
 	case rec != nil:
-		read.state = gatewayOfRecord(rec, obj, s.record.known(rec), s.parsed)
-	case obj != nil:
-		read.state = adoptedGateway(obj, s.parsed)
+		read.state = gatewayOfRecord(rec, credential, s.record.known(rec), s.parsed)
+		read.state.Lagging = lagging(s.targets, read.found, rec)
+	case slices.ContainsFunc(read.found, func(o client.Object) bool { return o != nil }):
+		read.state = s.adopted(read.found)
 	}
 	return read, nil
 }
 
-// current is the gateway Secret as the API server has it now, or nil.
-func (s *gatewayStore) current(ctx context.Context) *corev1.Secret {
-	obj := &corev1.Secret{}
-	if err := s.api.Get(ctx, s.gatewayKey, obj); err != nil {
+// readTarget reads t, from its cache unless fresh; nil when absent.
+func (s *gatewayStore) readTarget(ctx context.Context, t *targetState, fresh bool) (client.Object, error) {
+	obj := t.newObject()
+	if !fresh && t.cache != nil {
+		err := t.cache.Get(ctx, t.key, obj)
+		if client.IgnoreNotFound(err) == nil && obj.GetResourceVersion() == t.rv {
+			if err != nil {
+				return nil, nil
+			}
+			return obj, nil
+		}
+		obj = t.newObject()
+	}
+	switch err := s.api.Get(ctx, t.key, obj); {
+	case apierrors.IsNotFound(err):
+		t.rv = ""
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading %s: %w", t.id(), err)
+	}
+	t.rv = obj.GetResourceVersion()
+	return obj, nil
+}
+
+// shadowed reports whether the Secret that would shadow the gateway's
+// bundle exists.
+func (s *gatewayStore) shadowed(ctx context.Context, fresh bool) (bool, error) {
+	if s.shadow.Name == "" {
+		return false, nil
+	}
+	from := s.api
+	if !fresh && s.shadowCache != nil {
+		from = s.shadowCache
+	}
+	err := from.Get(ctx, s.shadow, &corev1.Secret{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading secret %s: %w", s.shadow, err)
+	}
+	return true, nil
+}
+
+// credential is the target found that holds the server credential; nil
+// when none does or it is absent.
+func (s *gatewayStore) credential(found []client.Object) client.Object {
+	for i, t := range s.targets {
+		if t.credential {
+			return found[i]
+		}
+	}
+	return nil
+}
+
+// current is the primary target as the API server has it now, or nil:
+// where events are written.
+func (s *gatewayStore) current(ctx context.Context) client.Object {
+	t := s.targets[0]
+	obj := t.newObject()
+	if err := s.api.Get(ctx, t.key, obj); err != nil {
 		return nil
 	}
 	return obj
 }
 
-// adoptedGateway is a gateway Secret found without dualca's record (a
-// first start beside an existing Secret, or an upgrade from a version that
-// kept none): its content is adopted, its annotations are not trusted, and
-// no root but the current one is known to come from the root Secret, so
-// the decision keeps only what that root vouches for (fail closed).
+// adopted is the targets found without dualca's record (a first start
+// beside existing objects, or an upgrade from a version that kept none):
+// their content is adopted, their annotations are not trusted, and no root
+// but the current one is known to come from the root Secret, so the
+// decision keeps only what that root vouches for (fail closed).
+func (s *gatewayStore) adopted(found []client.Object) bundle.Gateway {
+	gw := bundle.Gateway{Exists: true, Parsed: s.parsed}
+	for i, t := range s.targets {
+		if found[i] == nil {
+			continue
+		}
+		data := dataOf(found[i])
+		if t.credential && gw.CertPEM == nil {
+			gw.CertPEM, gw.KeyPEM = data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey]
+		}
+		if t.bundleKey != "" && gw.CAPEM == nil {
+			gw.CAPEM = data[t.bundleKey]
+		}
+	}
+	return gw
+}
+
+// adoptedGateway is a combined gateway Secret as the decisions would adopt it.
 func adoptedGateway(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return bundle.Gateway{
 		Exists:  true,
@@ -204,85 +316,130 @@ func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return gw
 }
 
+// lagging reports whether a target that holds the bundle, as found, lacks
+// the root the record says is current: one absent, or left behind by a
+// write that failed. The decision then counts the root's propagation
+// delay from the write about to reach it, not from the record's.
+func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret) bool {
+	current := rec.Annotations[bundle.AnnotationRoot]
+	for i, t := range ts {
+		if t.bundleKey == "" {
+			continue
+		}
+		if found[i] == nil {
+			return true
+		}
+		data := dataOf(found[i])[t.bundleKey]
+		if bytes.Equal(data, rec.Data[caKey]) {
+			continue
+		}
+		certs, err := bundle.ParseCertificates(t.bundleKey, data)
+		if err != nil || !slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return bundle.Fingerprint(c) == current }) {
+			return true
+		}
+	}
+	return false
+}
+
 // written is what a write did.
 type written struct {
-	// secret is the gateway Secret as it is now; nil after a failed write.
-	secret *corev1.Secret
-	// wrote: the Secret was created or updated.
+	// object is the primary target as it is now; nil after a failed write
+	// or when it is absent.
+	object client.Object
+	// wrote: a target was created or updated.
 	wrote bool
-	// restored: it was created again after it had been deleted.
-	restored bool
+	// restored names the targets created again after they were deleted.
+	restored []string
 	// tampered names what was changed outside dualca and written again
 	// from the record; "" when nothing was.
 	tampered string
+	// foreign names what the gateways read that dualca does not own.
+	foreign []string
 	// deferred is how long a change of the client progress alone waits
 	// before it is written; 0 when nothing waits.
 	deferred time.Duration
 }
 
-// write records d in dualca's record, then creates or updates the gateway
-// Secret to hold it, and does nothing when both already do. Updates carry
-// the resourceVersion that was read, so a concurrent writer makes this fail
-// with a conflict and the caller re-reads and decides again instead of
-// overwriting.
+// write records d in dualca's record, then creates or updates each target
+// to hold it, those that hold the bundle alone first (trust first), and
+// does nothing when all already do. Updates carry the resourceVersion that
+// was read, so a concurrent writer makes this fail with a conflict and the
+// caller re-reads and decides again instead of overwriting.
 func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision, root *bundle.Root) (written, error) {
-	desired := s.desired(read.secret, d)
-	if read.secret != nil && progressOnly(read.secret, desired) {
+	c := contentOf(d)
+	desired := make([]client.Object, len(s.targets))
+	for i, t := range s.targets {
+		desired[i] = t.desired(read.found[i], c)
+	}
+	w := written{object: read.found[0], foreign: read.foreign}
+	if s.progressOnly(read.found, desired) {
 		if wait := progressEvery - s.clock.Since(s.lastWrite); wait > 0 {
-			return written{secret: read.secret, deferred: wait}, nil
+			w.deferred = wait
+			return w, nil
 		}
 	}
-	if err := s.record.write(ctx, desired, read.meant, d, root); err != nil {
+	if err := s.record.write(ctx, s.targets, desired, read.meant, d, root); err != nil {
 		return written{}, err
 	}
-	if read.secret == nil {
+	for _, i := range s.writeOrder() {
+		wrote, err := s.writeTarget(ctx, s.targets[i], read.found[i], desired[i])
+		if err != nil {
+			return written{}, err
+		}
+		if wrote {
+			w.wrote = true
+			if i == 0 {
+				w.object = desired[0]
+			}
+		}
+	}
+	if w.wrote {
+		w.restored, w.tampered = read.restoring(s.targets), read.tampered
+	}
+	return w, nil
+}
+
+// writeOrder is the order targets are written in: those holding the
+// bundle alone first, so that no target serves from a root another has
+// not been told to trust yet.
+func (s *gatewayStore) writeOrder() []int {
+	var first, then []int
+	for i, t := range s.targets {
+		if !t.credential {
+			first = append(first, i)
+		} else {
+			then = append(then, i)
+		}
+	}
+	return append(first, then...)
+}
+
+// writeTarget creates or updates t to desired; false when found holds it already.
+func (s *gatewayStore) writeTarget(ctx context.Context, t *targetState, found, desired client.Object) (bool, error) {
+	if found == nil {
 		if err := s.writer.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Someone created it between our read and our write: decide again.
-				return written{}, apierrors.NewConflict(corev1.Resource("secrets"), desired.Name, err)
+				return false, apierrors.NewConflict(corev1.Resource(t.kind+"s"), t.key.Name, err)
 			}
-			return written{}, fmt.Errorf("creating gateway secret %s: %w", s.gatewayKey, err)
+			return false, fmt.Errorf("creating %s: %w", t.id(), err)
 		}
-		s.wrote(desired)
-		return written{secret: desired, wrote: true, restored: read.restoring()}, nil
-	}
-	if unchanged(read.secret, desired) {
-		return written{secret: read.secret}, nil
-	}
-	if err := s.writer.Update(ctx, desired); err != nil {
-		if apierrors.IsConflict(err) {
-			return written{}, err
+	} else {
+		if unchangedObject(found, desired) {
+			return false, nil
 		}
-		return written{}, fmt.Errorf("updating gateway secret %s: %w", s.gatewayKey, err)
+		if err := s.writer.Update(ctx, desired); err != nil {
+			if apierrors.IsConflict(err) {
+				return false, err
+			}
+			return false, fmt.Errorf("updating %s: %w", t.id(), err)
+		}
 	}
-	s.wrote(desired)
-	return written{secret: desired, wrote: true, tampered: read.tampered}, nil
-}
-
-// desired is the gateway Secret holding d, built on current when it exists.
-func (s *gatewayStore) desired(current *corev1.Secret, d bundle.Decision) *corev1.Secret {
-	desired := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.gatewayKey.Namespace, Name: s.gatewayKey.Name},
-		Type:       corev1.SecretTypeTLS,
+	t.wrote(desired)
+	if t.primary {
+		s.lastWrite = s.clock.Now()
 	}
-	if current != nil {
-		desired = current.DeepCopy()
-	}
-	desired.Annotations = mergeAnnotations(desired.Annotations, d.State.Annotations())
-	if desired.Data == nil {
-		desired.Data = map[string][]byte{}
-	}
-	desired.Data[corev1.TLSCertKey] = d.CertPEM
-	desired.Data[corev1.TLSPrivateKeyKey] = d.KeyPEM
-	desired.Data[caKey] = d.CAPEM
-	return desired
-}
-
-// wrote remembers the Secret just written.
-func (s *gatewayStore) wrote(obj *corev1.Secret) {
-	s.lastWrite, s.gatewayRV = s.clock.Now(), obj.ResourceVersion
-	rv := obj.ResourceVersion
-	s.ownVersion.Store(&rv)
+	return true, nil
 }
 
 // mergeAnnotations replaces dualca's annotations and keeps everyone else's.
@@ -297,28 +454,33 @@ func mergeAnnotations(existing, ours map[string]string) map[string]string {
 	return out
 }
 
-// progressOnly reports whether b differs from a in the client progress
-// annotation alone.
-func progressOnly(a, b *corev1.Secret) bool {
-	withoutProgress := func(s *corev1.Secret) *corev1.Secret {
-		c := s.DeepCopy()
-		delete(c.Annotations, bundle.AnnotationClients)
-		return c
-	}
-	return a.Annotations[bundle.AnnotationClients] != b.Annotations[bundle.AnnotationClients] &&
-		unchanged(withoutProgress(a), withoutProgress(b))
-}
-
-func unchanged(a, b *corev1.Secret) bool {
-	if !maps.Equal(a.Annotations, b.Annotations) || len(a.Data) != len(b.Data) {
+// progressOnly reports whether the targets found differ from desired in
+// the primary's client progress annotation alone.
+func (s *gatewayStore) progressOnly(found, desired []client.Object) bool {
+	if found[0] == nil || found[0].GetAnnotations()[bundle.AnnotationClients] == desired[0].GetAnnotations()[bundle.AnnotationClients] {
 		return false
 	}
-	for k, v := range a.Data {
-		if w, ok := b.Data[k]; !ok || !bytes.Equal(v, w) {
+	for i := range found {
+		if found[i] == nil {
+			return false
+		}
+		a, b := found[i], desired[i]
+		if i == 0 {
+			a, b = withoutProgress(a), withoutProgress(b)
+		}
+		if !unchangedObject(a, b) {
 			return false
 		}
 	}
 	return true
+}
+
+func withoutProgress(obj client.Object) client.Object {
+	c := obj.DeepCopyObject().(client.Object)
+	a := maps.Clone(c.GetAnnotations())
+	delete(a, bundle.AnnotationClients)
+	c.SetAnnotations(a)
+	return c
 }
 
 // caKey is the trust-bundle key that cert-manager and Istio both use.

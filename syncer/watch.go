@@ -28,25 +28,40 @@ import (
 // objects of the cluster, and the client cache (nil when clients are not
 // tracked).
 type caches struct {
-	root, gateway, clients cache.Cache
-	status                 cache.Cache
+	root, clients cache.Cache
+	// targets are the targets' caches, in Options.targets' order; shadow
+	// is that of the Secret that would shadow the gateway's bundle, nil
+	// when there is none to watch.
+	targets        []cache.Cache
+	shadow, status cache.Cache
 }
 
 // newCaches creates the caches and adds them to mgr.
 func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	var c caches
-	for _, one := range []struct {
-		key types.NamespacedName
-		to  *cache.Cache
-	}{{o.RootSecret, &c.root}, {o.GatewaySecret, &c.gateway}} {
-		sc, err := singleObjectCache(mgr, one.key)
+	keys := []types.NamespacedName{o.RootSecret}
+	for _, t := range o.targets() {
+		keys = append(keys, t.key)
+	}
+	if shadow := o.shadowKey(); shadow.Name != "" {
+		keys = append(keys, shadow)
+	}
+	for i, key := range keys {
+		sc, err := singleObjectCache(mgr, key)
 		if err != nil {
 			return c, err
 		}
 		if err := mgr.Add(sc); err != nil {
-			return c, fmt.Errorf("adding cache for secret %s: %w", one.key, err)
+			return c, fmt.Errorf("adding cache for %s: %w", key, err)
 		}
-		*one.to = sc
+		switch {
+		case i == 0:
+			c.root = sc
+		case i <= len(o.targets()):
+			c.targets = append(c.targets, sc)
+		default:
+			c.shadow = sc
+		}
 	}
 	if err := c.addStatus(mgr, o); err != nil {
 		return c, err
@@ -68,9 +83,9 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 }
 
 // SetupWithManager wires the reconciler into mgr: a reconcile at start, and
-// with watch, one at every change of the root or the gateway Secret (a name
-// predicate guards the single-object caches' boundary on the event side),
-// but dualca's own writes of the gateway (see gatewayStore.ownWrite);
+// with watch, one at every change of the root, of a target (but dualca's
+// own writes, see targetState.ownWrite) or of a Secret that would shadow
+// the gateway's bundle;
 // and, when clients are tracked, at every change of a client. Every event
 // maps to one work item, so bursts of events collapse into one reconcile.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) error {
@@ -85,16 +100,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		}).
 		WatchesRawSource(kick{req: r.request()})
 	if watch {
-		for _, one := range []struct {
-			key types.NamespacedName
-			c   cache.Cache
-			// more filters the events further: the gateway's own writes.
-			more predicate.TypedPredicate[*corev1.Secret]
-		}{{r.store.rootKey, c.root, predicate.TypedFuncs[*corev1.Secret]{}}, {r.store.gatewayKey, c.gateway, r.store.notOwnWrite()}} {
-			b = b.WatchesRawSource(source.Kind(one.c, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()),
-				predicate.NewTypedPredicateFuncs(func(o *corev1.Secret) bool {
-					return o.GetNamespace() == one.key.Namespace && o.GetName() == one.key.Name
-				}), one.more))
+		b = b.WatchesRawSource(source.Kind(c.root, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()), named[*corev1.Secret](r.store.rootKey)))
+		for i, t := range r.store.targets {
+			b = b.WatchesRawSource(targetSource(c.targets[i], t, r.request()))
+		}
+		if c.shadow != nil {
+			b = b.WatchesRawSource(source.Kind(c.shadow, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()), named[*corev1.Secret](r.store.shadow)))
 		}
 	}
 	if watch {
@@ -109,6 +120,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 			WatchesRawSource(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed)))
 	}
 	return b.Complete(r)
+}
+
+// targetSource is the watch of target t through its cache c: every event
+// but dualca's own writes (see targetState.ownWrite).
+func targetSource(c cache.Cache, t *targetState, req reconcile.Request) source.TypedSource[reconcile.Request] {
+	if t.kind == KindConfigMap {
+		return source.Kind(c, &corev1.ConfigMap{}, oneWorkItem[*corev1.ConfigMap](req), named[*corev1.ConfigMap](t.key), notOwnWrite[*corev1.ConfigMap](t))
+	}
+	return source.Kind(c, &corev1.Secret{}, oneWorkItem[*corev1.Secret](req), named[*corev1.Secret](t.key), notOwnWrite[*corev1.Secret](t))
+}
+
+// named lets through the events of the object key alone: it guards the
+// single-object caches' boundary on the event side.
+func named[T client.Object](key types.NamespacedName) predicate.TypedPredicate[T] {
+	return predicate.NewTypedPredicateFuncs(func(o T) bool {
+		return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
+	})
 }
 
 // oneWorkItem maps every event to req.
@@ -172,9 +200,7 @@ func (r *Reconciler) watchStatus(b *builder.TypedBuilder[reconcile.Request], sc 
 	}
 	key := r.status.key
 	return b.WatchesRawSource(source.Kind(sc, &corev1.ConfigMap{}, oneWorkItem[*corev1.ConfigMap](r.request()),
-		predicate.NewTypedPredicateFuncs(func(o *corev1.ConfigMap) bool {
-			return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
-		}), controlsChanged()))
+		named[*corev1.ConfigMap](key), controlsChanged()))
 }
 
 // singleObjectCache returns a cache that lists and watches exactly one

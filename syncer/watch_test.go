@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -67,8 +66,8 @@ func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 func TestTheGatewaysOwnWritesStartNoReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	s := gatewayStore{clock: clock.RealClock{}}
-	p := s.notOwnWrite()
+	s := &targetState{}
+	p := notOwnWrite[*corev1.Secret](s)
 	at := func(rv string) *corev1.Secret {
 		sec := &corev1.Secret{}
 		sec.ResourceVersion = rv
