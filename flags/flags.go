@@ -24,6 +24,8 @@ import (
 type Options struct {
 	// Objects are the root and gateway Secrets and the client Certificates.
 	Objects
+	// Targets are the shapes the rotation is written in.
+	Targets
 	// Legacy selects the old behaviour: the gateway Secret is a plain copy of
 	// the root. It exists so that a rollout can be reverted with one flag.
 	Legacy bool
@@ -57,6 +59,7 @@ type Options struct {
 // Defaults returns Options with the documented defaults.
 func Defaults() Options {
 	return Options{
+		Targets:                defaultTargets(),
 		PollInterval:           5 * time.Minute,
 		TrustPropagationDelay:  2 * time.Minute,
 		ServerSwitchGrace:      7 * 24 * time.Hour,
@@ -81,7 +84,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // addOwnFlags registers the flags that are dualca's, not its libraries'.
 func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 	o.addSecretFlags(fs, "The cert-manager root CA Secret to follow, as NAMESPACE/NAME. Required.",
-		"The Secret the gateway reads (server pair + trust bundle), as NAMESPACE/NAME. Required.")
+		"The Secret the gateway reads (server pair + trust bundle), as NAMESPACE/NAME. Required unless --bundle-targets are given.")
+	o.addTargetFlags(fs)
 	fs.BoolVar(&o.Legacy, "cert-management-legacy", o.Legacy,
 		"Use the legacy strategy: the gateway Secret is a plain copy of the root (rotations cause downtime). The revert path.")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval,
@@ -123,6 +127,28 @@ func Parse(name string, args []string) (Options, error) {
 	return o, errors.Join(err, o.validate(malformed))
 }
 
+// parse turns the flags as given into typed options. Without a gateway
+// Secret, the first bundle target names the rotation: the defaults of the
+// record, the status ConfigMap and the client namespaces derive from it.
+func (o *Options) parse() (map[string]bool, error) {
+	malformed, err := o.Objects.parse()
+	err = errors.Join(err, o.Targets.parse(malformed))
+	if o.GatewaySecret.Name == "" && len(o.BundleTargets) > 0 {
+		o.gatewayOptional = true
+		anchor := o.anchor()
+		if o.StateSecret.Name == "" {
+			o.StateSecret = DefaultStateSecret(anchor)
+		}
+		if o.StatusConfigMap.Name == "" {
+			o.StatusConfigMap = DefaultStatusConfigMap(anchor, o.StateSecret)
+		}
+		if len(o.ClientNamespaces) == 0 {
+			o.ClientNamespaces = []string{anchor.Namespace}
+		}
+	}
+	return malformed, err
+}
+
 // Validate checks every option and names the flag at fault. It changes
 // nothing: Parse has turned the strings of the command line into options.
 func (o *Options) Validate() error {
@@ -132,7 +158,7 @@ func (o *Options) Validate() error {
 // validate is Validate, leaving out that a flag is missing when it was
 // given but could not be parsed (that was said already).
 func (o *Options) validate(malformed map[string]bool) error {
-	errs := []error{o.Objects.validate(true, malformed)}
+	errs := []error{o.Objects.validate(true, malformed), o.Targets.validate(o.Objects)}
 	for _, p := range []struct {
 		flag string
 		d    time.Duration
@@ -168,6 +194,10 @@ func (o Options) Syncer() syncer.Options {
 	return syncer.Options{
 		RootSecret:              o.RootSecret,
 		GatewaySecret:           o.GatewaySecret,
+		GatewayForm:             o.GatewayForm,
+		BundleTargets:           o.BundleTargets,
+		BundleKey:               o.BundleKey,
+		BundleSecretType:        o.BundleSecretType,
 		StateSecret:             o.StateSecret,
 		StatusConfigMap:         o.StatusConfigMap,
 		Legacy:                  o.Legacy,
@@ -191,10 +221,12 @@ func (o Options) Syncer() syncer.Options {
 // Client namespaces are given only with a client selector, as Parse wants.
 func (o Options) Args() []string {
 	given := o
-	given.syncRaw()
+	given.Objects.syncRaw()
+	given.Targets.syncRaw()
 	fs := flag.NewFlagSet("args", flag.ContinueOnError)
 	given.addOwnFlags(fs)
 	defaults := Defaults()
+	defaults.Targets.syncRaw()
 	ds := flag.NewFlagSet("defaults", flag.ContinueOnError)
 	defaults.addOwnFlags(ds)
 	var args []string

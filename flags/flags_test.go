@@ -8,6 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dualca/dualca/syncer"
 )
 
 // Not parallel: controller-runtime binds --kubeconfig to a package-level
@@ -56,6 +58,35 @@ func TestParse(t *testing.T) {
 				g.Expect(o.RootSecret.Namespace).NotTo(Equal(o.GatewaySecret.Namespace))
 			},
 		},
+		"bundle targets alone need no gateway Secret, and name the rotation": {
+			args: []string{"--root-secret=cert-manager/root", "--bundle-targets=configmap:edge/client-ca, secret:nginx/client-ca", "--bundle-key=trust.pem", "--bundle-secret-type=nginx.org/ca"},
+			check: func(g *WithT, o Options) {
+				g.Expect(o.GatewaySecret.Name).To(BeEmpty())
+				g.Expect(o.BundleTargets).To(Equal([]syncer.BundleTarget{{Kind: "configmap", Key: types.NamespacedName{Namespace: "edge", Name: "client-ca"}},
+					{Kind: "secret", Key: types.NamespacedName{Namespace: "nginx", Name: "client-ca"}}}))
+				g.Expect(o.StateSecret).To(Equal(types.NamespacedName{Namespace: "edge", Name: "client-ca-dualca-state"}))
+				g.Expect(o.StatusConfigMap).To(Equal(types.NamespacedName{Namespace: "edge", Name: "client-ca-dualca-status"}))
+				g.Expect(o.ClientNamespaces).To(Equal([]string{"edge"}))
+				g.Expect(o.BundleKey).To(Equal("trust.pem"))
+				g.Expect(string(o.BundleSecretType)).To(Equal("nginx.org/ca"))
+			},
+		},
+		"the split form is taken": {
+			args:  append(base, "--gateway-form=split"),
+			check: func(g *WithT, o Options) { g.Expect(o.GatewayForm).To(Equal(syncer.FormSplit)) },
+		},
+		"an unknown gateway form is refused":         {args: append(base, "--gateway-form=istio"), wantErr: `--gateway-form="istio"`},
+		"a bundle target of another kind is refused": {args: append(base, "--bundle-targets=pod:a/b"), wantErr: "want secret:NAMESPACE/NAME"},
+		"a bundle target with a bad name is refused": {args: append(base, "--bundle-targets=secret:a/B"), wantErr: `name "B"`},
+		"a bundle target named twice is refused":     {args: append(base, "--bundle-targets=secret:a/b,secret:a/b"), wantErr: "names secret:a/b twice"},
+		"the root as a bundle target is refused": {args: append(base, "--bundle-targets=secret:istio-system/root-ca"),
+			wantErr: "is --root-secret: dualca writes only the bundle there"},
+		"the status ConfigMap as a bundle target is refused": {args: append(base, "--bundle-targets=configmap:istio-system/gateway-credential-dualca-status"),
+			wantErr: "is --status-configmap"},
+		"the split form's Secret may not be the root": {args: []string{"--root-secret=istio-system/gw-cacert", "--gateway-secret=istio-system/gw", "--gateway-form=split"},
+			wantErr: "writes the bundle to istio-system/gw-cacert, which is --root-secret"},
+		"a bad bundle key is refused":                          {args: append(base, "--bundle-key=a/b"), wantErr: `--bundle-key="a/b"`},
+		"a TLS bundle Secret type is refused":                  {args: append(base, "--bundle-secret-type=kubernetes.io/tls"), wantErr: "requires keys of that type"},
 		"a zero propagation delay is allowed":                  {args: append(base, "--trust-propagation-delay=0s")},
 		"a missing root secret is named":                       {args: base[1:], wantErr: "--root-secret is required"},
 		"a name with a slash too many is refused":              {args: []string{"--root-secret=a/b/c", base[1]}, wantErr: "want NAMESPACE/NAME"},
@@ -113,6 +144,9 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	o.LeaderElectionNamespace = "elections"
 	o.StateSecret = types.NamespacedName{Namespace: "dualca", Name: "gw-record"}
 	o.StatusConfigMap = types.NamespacedName{Namespace: "dualca", Name: "gw-status"}
+	o.GatewayForm, o.BundleKey, o.BundleSecretType = syncer.FormSplit, "trust.pem", "nginx.org/ca"
+	o.BundleTargets = []syncer.BundleTarget{{Kind: syncer.KindConfigMap, Key: types.NamespacedName{Namespace: "edge", Name: "trust"}},
+		{Kind: syncer.KindSecret, Key: types.NamespacedName{Namespace: "nginx", Name: "client-ca"}}}
 
 	args := o.Args()
 	fs := flag.NewFlagSet("own", flag.ContinueOnError)

@@ -39,6 +39,9 @@ type Objects struct {
 
 	// The flags as given, which parse turns into the fields above.
 	rootSecret, gatewaySecret, clientSelector, clientNamespaces, stateSecret, statusConfigMap string
+	// gatewayOptional: the rotation is written to bundle targets, so the
+	// gateway Secret may be left out.
+	gatewayOptional bool
 }
 
 // DefaultStateSecret is the record's key when --state-secret is not
@@ -146,7 +149,7 @@ func (o *Objects) validate(rootRequired bool, malformed map[string]bool) error {
 		required bool
 	}{
 		{"root-secret", o.RootSecret, rootRequired},
-		{"gateway-secret", o.GatewaySecret, true},
+		{"gateway-secret", o.GatewaySecret, !o.gatewayOptional},
 	} {
 		switch {
 		case malformed[k.flag]:
