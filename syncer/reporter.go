@@ -109,7 +109,7 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 	}
 	if len(p.written.restored) > 0 {
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
-			Message: "deleted (" + strings.Join(p.written.restored, ", ") + "); restored as dualca last wrote it, server credential and rotation state included"}}, events...)
+			Message: restoredWhat(p.written.restored) + " was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)
 	}
 	events = append(r.foreign(p.written.foreign), events...)
 	log := logf.FromContext(ctx)
@@ -122,6 +122,15 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 		log.Info("event", "reason", e.Reason, "warning", e.Warning, "message", e.Message)
 	}
 	r.clients(ctx, p.written.object, p.views)
+}
+
+// restoredWhat names the targets restored: the gateway Secret as it
+// always was, the others by kind and key.
+func restoredWhat(ids []string) string {
+	if len(ids) == 1 && ids[0] == gatewayRestoredID {
+		return "gateway Secret"
+	}
+	return strings.Join(ids, ", ")
 }
 
 // foreign sets the foreign inputs' gauge and returns a Warning when they

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -168,12 +167,19 @@ func (g gatewayRead) restoring(ts []*targetState) []string {
 		return nil
 	}
 	for i, t := range ts {
-		if g.found[i] == nil {
+		switch {
+		case g.found[i] != nil:
+		case t.primary && t.credential:
+			out = append(out, gatewayRestoredID)
+		default:
 			out = append(out, t.id())
 		}
 	}
 	return out
 }
+
+// gatewayRestoredID names the gateway Secret among the targets restored.
+const gatewayRestoredID = "gateway"
 
 // readGateway reads the record (from the API server when fresh) and the
 // targets; a cached copy of a target at another version than the one
@@ -202,7 +208,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 	switch {
 	case rec != nil:
 		read.state = gatewayOfRecord(rec, credential, s.record.known(rec), s.parsed)
-		read.state.Lagging = lagging(s.targets, read.found, rec)
+		read.state.Lagging = lagging(s.targets, read.found, rec, read.meant)
 	case slices.ContainsFunc(read.found, func(o client.Object) bool { return o != nil }):
 		read.state = s.adopted(read.found)
 	}
@@ -316,25 +322,23 @@ func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return gw
 }
 
-// lagging reports whether a target that holds the bundle, as found, lacks
-// the root the record says is current: one absent, or left behind by a
-// write that failed. The decision then counts the root's propagation
-// delay from the write about to reach it, not from the record's.
-func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret) bool {
-	current := rec.Annotations[bundle.AnnotationRoot]
+// lagging reports whether a target that holds the bundle is one dualca
+// wrote before its record's last decision, left behind by a write that
+// failed or has not come yet, and lacks the root the record says is
+// current. The decision then counts the root's propagation delay from the
+// write about to reach it, not from the record's. A target edited or
+// deleted by someone else is restored exactly as the record has it, and
+// told as such; it is not lagging.
+func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret, meant map[string]string) bool {
+	current := recordDigests(rec, ts, false)
+	root := rec.Annotations[bundle.AnnotationRoot]
 	for i, t := range ts {
-		if t.bundleKey == "" {
+		id := t.id()
+		if t.bundleKey == "" || found[i] == nil || meant[id] == "" || meant[id] == current[id] {
 			continue
 		}
-		if found[i] == nil {
-			return true
-		}
-		data := dataOf(found[i])[t.bundleKey]
-		if bytes.Equal(data, rec.Data[caKey]) {
-			continue
-		}
-		certs, err := bundle.ParseCertificates(t.bundleKey, data)
-		if err != nil || !slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return bundle.Fingerprint(c) == current }) {
+		certs, err := bundle.ParseCertificates(t.bundleKey, dataOf(found[i])[t.bundleKey])
+		if err != nil || !slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return bundle.Fingerprint(c) == root }) {
 			return true
 		}
 	}

@@ -40,10 +40,11 @@ func TestEveryCacheFillsThroughAStreamingList(t *testing.T) {
 		}
 		g.Expect(lists).To(BeEmpty(), "no cache fell back to a list")
 		g.Expect(streamed).To(Equal(map[string]bool{
-			"secrets " + s.root.Name:    true,
-			"secrets " + s.gateway.Name: true,
-			"certificates ":             true, // by label
-			"certificaterequests ":      true, // the clients' requests, by label
+			"secrets " + s.root.Name:                true,
+			"secrets " + s.gateway.Name:             true,
+			"secrets " + s.gateway.Name + "-cacert": true, // would shadow the gateway's bundle in Istio
+			"certificates ":                         true, // by label
+			"certificaterequests ":                  true, // the clients' requests, by label
 			"configmaps " + syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway)).Name: true, // the status
 
 		}), "each cache streamed its initial list")
