@@ -158,6 +158,7 @@ func (o *Options) Validate() error {
 // validate is Validate, leaving out that a flag is missing when it was
 // given but could not be parsed (that was said already).
 func (o *Options) validate(malformed map[string]bool) error {
+	o.gatewayOptional = o.GatewaySecret.Name == "" && len(o.BundleTargets) > 0
 	errs := []error{o.Objects.validate(true, malformed), o.Targets.validate(o.Objects)}
 	for _, p := range []struct {
 		flag string

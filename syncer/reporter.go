@@ -40,8 +40,8 @@ type reporter struct {
 	lastInvalid string
 	// clientProblems are the problems last reported, by client.
 	clientProblems map[string]string
-	// lastForeign is the foreign inputs last reported, joined.
-	lastForeign string
+	// foreign are the foreign inputs last found, told once each.
+	foreignTold map[string]bool
 }
 
 // rootSeen records a usable root read.
@@ -111,7 +111,7 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayRestored,
 			Message: restoredWhat(p.written.restored) + " was deleted; restored as dualca last wrote it, server credential and rotation state included"}}, events...)
 	}
-	events = append(r.foreign(p.written.foreign), events...)
+	r.foreign(p.written.foreign)
 	log := logf.FromContext(ctx)
 	if p.written.wrote {
 		log.Info("gateway secret written", "strategy", d.State.Strategy, "phase", d.State.Phase,
@@ -133,20 +133,20 @@ func restoredWhat(ids []string) string {
 	return strings.Join(ids, ", ")
 }
 
-// foreign sets the foreign inputs' gauge and returns a Warning when they
-// changed and some remain: told once, not at every reconcile.
-func (r *reporter) foreign(found []string) []bundle.Event {
+// foreign sets the foreign inputs' gauge and tells each input found that
+// was not found at the last reconcile with a Warning on the object it is
+// in: once, not at every reconcile.
+func (r *reporter) foreign(found []foreignInput) {
 	r.metrics.foreign.Set(float64(len(found)))
-	joined := strings.Join(found, "; ")
-	if joined == r.lastForeign {
-		return nil
+	told := map[string]bool{}
+	for _, in := range found {
+		told[in.what] = true
+		if !r.foreignTold[in.what] && in.object != nil {
+			r.event(in.object, bundle.Event{Warning: true, Reason: bundle.ReasonForeignTargetInput,
+				Message: "the gateway reads what dualca does not own, left as found: " + in.what})
+		}
 	}
-	r.lastForeign = joined
-	if joined == "" {
-		return nil
-	}
-	return []bundle.Event{{Warning: true, Reason: bundle.ReasonForeignTargetInput,
-		Message: "the gateway reads what dualca does not own, left as found: " + joined}}
+	r.foreignTold = told
 }
 
 // renewalsQueued tells that n clients were queued for renewal, once per batch.

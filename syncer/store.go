@@ -154,9 +154,9 @@ type gatewayRead struct {
 	// meant are the digests of the targets found that dualca meant, by
 	// target, for the record's next write (see examine).
 	meant map[string]string
-	// foreign names what the gateways read that dualca does not own and
-	// leaves (a ca.crl, a shadowing Secret), each as "target: input".
-	foreign []string
+	// foreign are what the gateways read that dualca does not own and
+	// leaves (a ca.crl, a shadowing Secret).
+	foreign []foreignInput
 }
 
 // restoring names the targets deleted and about to be written again from
@@ -195,13 +195,13 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 			return gatewayRead{}, err
 		}
 		for _, in := range t.foreign(read.found[i]) {
-			read.foreign = append(read.foreign, t.id()+": "+in)
+			read.foreign = append(read.foreign, foreignInput{what: t.id() + ": " + in, object: read.found[i]})
 		}
 	}
-	if shadowed, err := s.shadowed(ctx, fresh); err != nil {
+	if shadow, err := s.shadowed(ctx, fresh); err != nil {
 		return gatewayRead{}, err
-	} else if shadowed {
-		read.foreign = append(read.foreign, s.targets[0].id()+": shadowed by "+KindSecret+"/"+s.shadow.String())
+	} else if shadow != nil {
+		read.foreign = append(read.foreign, foreignInput{what: s.targets[0].id() + ": shadowed by " + KindSecret + "/" + s.shadow.String(), object: shadow})
 	}
 	read.tampered, read.meant = examine(s.targets, read.found, rec)
 	credential := s.credential(read.found)
@@ -239,24 +239,32 @@ func (s *gatewayStore) readTarget(ctx context.Context, t *targetState, fresh boo
 	return obj, nil
 }
 
-// shadowed reports whether the Secret that would shadow the gateway's
-// bundle exists.
-func (s *gatewayStore) shadowed(ctx context.Context, fresh bool) (bool, error) {
+// foreignInput is an input a gateway reads beside a target that dualca
+// does not own, and the object it was found in (where it is told).
+type foreignInput struct {
+	what   string
+	object client.Object
+}
+
+// shadowed returns the Secret that would shadow the gateway's bundle, nil
+// when it does not exist.
+func (s *gatewayStore) shadowed(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 	if s.shadow.Name == "" {
-		return false, nil
+		return nil, nil
 	}
 	from := s.api
 	if !fresh && s.shadowCache != nil {
 		from = s.shadowCache
 	}
-	err := from.Get(ctx, s.shadow, &corev1.Secret{})
+	obj := &corev1.Secret{}
+	err := from.Get(ctx, s.shadow, obj)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading secret %s: %w", s.shadow, err)
+		return nil, fmt.Errorf("reading secret %s: %w", s.shadow, err)
 	}
-	return true, nil
+	return obj, nil
 }
 
 // credential is the target found that holds the server credential; nil
@@ -357,8 +365,8 @@ type written struct {
 	// tampered names what was changed outside dualca and written again
 	// from the record; "" when nothing was.
 	tampered string
-	// foreign names what the gateways read that dualca does not own.
-	foreign []string
+	// foreign are what the gateways read that dualca does not own.
+	foreign []foreignInput
 	// deferred is how long a change of the client progress alone waits
 	// before it is written; 0 when nothing waits.
 	deferred time.Duration

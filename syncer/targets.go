@@ -352,9 +352,9 @@ func unchangedObject(a, b client.Object) bool {
 }
 
 // label prefixes a difference with the target it was found in, but for
-// the primary, whose differences read as they always did.
+// the gateway Secret, whose differences read as they always did.
 func (t target) label(what string) string {
-	if t.primary {
+	if t.primary && t.credential {
 		return what
 	}
 	return strings.TrimPrefix(t.id(), KindSecret+"/") + " " + what

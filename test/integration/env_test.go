@@ -211,6 +211,11 @@ func (s *setup) view() (gatewayView, error) {
 	if err != nil {
 		return gatewayView{}, err
 	}
+	return viewOf(gw), nil
+}
+
+// viewOf is the view of a gateway Secret in the combined form.
+func viewOf(gw *corev1.Secret) gatewayView {
 	v := gatewayView{Roots: rootsOf(gw.Data["ca.crt"]), Phase: gw.Annotations[bundle.AnnotationPhase]}
 	// The server is named by the root in ca.crt its certificate is or
 	// chains to: a leaf dualca issued from it, or the root itself (legacy).
@@ -226,7 +231,7 @@ func (s *setup) view() (gatewayView, error) {
 	if !bundle.KeyMatches(gw.Data[corev1.TLSCertKey], gw.Data[corev1.TLSPrivateKeyKey]) {
 		v.Server = "mismatched key"
 	}
-	return v, nil
+	return v
 }
 
 // events returns reason: note of the events in the test's namespace.
