@@ -30,8 +30,13 @@ type Options struct {
 	PollInterval time.Duration
 	// TrustPropagationDelay and ServerSwitchGrace time a rotation.
 	TrustPropagationDelay, ServerSwitchGrace time.Duration
-	// ClientSelector selects the client Certificates; nil: not tracked.
-	ClientSelector labels.Selector
+	// ClientSelector selects the client Certificates by their labels,
+	// ClientSecretSelector by their spec.secretTemplate.labels, ClientIssuer
+	// by their spec.issuerRef; every one given must match, none: clients
+	// are not tracked (see ClientSelection).
+	ClientSelector       labels.Selector
+	ClientSecretSelector labels.Selector
+	ClientIssuer         *IssuerRef
 	// ClientNamespaces are where the client Certificates live.
 	ClientNamespaces []string
 	// RenewalQPS and RenewalBurst pace client renewals.
@@ -68,6 +73,11 @@ func DefaultStateSecret(gateway types.NamespacedName) types.NamespacedName {
 // told: in the record's namespace, named after the gateway Secret.
 func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.NamespacedName {
 	return types.NamespacedName{Namespace: state.Namespace, Name: gateway.Name + "-dualca-status"}
+}
+
+// Clients is the selection of client Certificates the options make.
+func (o Options) Clients() ClientSelection {
+	return ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}
 }
 
 // complete fills in the defaults and refuses options the syncer cannot run with.
