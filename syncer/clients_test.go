@@ -72,7 +72,7 @@ func newTracker(g Gomega, objs ...client.Object) (*clientTracker, *countingReade
 	g.Expect(err).NotTo(HaveOccurred())
 	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	reader := &countingReader{Reader: store}
-	return &clientTracker{reader: reader, selector: labels.SelectorFromSet(agentLabels), namespaces: []string{"agents"}}, reader, store
+	return &clientTracker{reader: reader, selection: ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}, namespaces: []string{"agents"}}, reader, store
 }
 
 // TestClientReadsListOnlyAfterAChange: a watched tracker lists the clients
@@ -118,7 +118,7 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	g.Expect(renewed.Items).To(HaveLen(1))
 	g.Expect(renewed.Items[0].Leaf.Equal(leaf2)).To(BeTrue(), "the read after the event sees the renewed leaf")
 
-	unwatched := &clientTracker{reader: reader, selector: tracker.selector, namespaces: tracker.namespaces}
+	unwatched := &clientTracker{reader: reader, selection: tracker.selection, namespaces: tracker.namespaces}
 	for range 2 {
 		_, _, err := unwatched.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -265,7 +265,7 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
 	g.Expect(views["agents/agent"].request).To(BeNil())
 
-	restarted := &clientTracker{reader: tracker.reader, selector: tracker.selector, namespaces: tracker.namespaces}
+	restarted := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
 	cs, _, err = restarted.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "a tracker that never saw revision 1's request cannot tell its root")

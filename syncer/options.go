@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"errors"
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -93,6 +94,10 @@ func (o *Options) complete() error {
 	}
 	if o.StatusConfigMap.Name == "" {
 		o.StatusConfigMap = DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret)
+	}
+	if is := o.ClientIssuer; is != nil && is.certManagers() && is.Kind == cmapi.IssuerKind && is.Namespace == "" {
+		// An Issuer is the root Secret's namespace's (see IssuerRef).
+		o.ClientIssuer = &IssuerRef{Group: is.Group, Kind: is.Kind, Name: is.Name, Namespace: o.RootSecret.Namespace}
 	}
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = o.GatewaySecret.Namespace
