@@ -92,16 +92,20 @@ func clientCacheOptions(o Options) cache.Options {
 // the issuer since; that client then counts as unknown (fail-safe) until
 // its request of the issuer exists, which cert-manager makes at once (a
 // Secret issued by another issuer is re-issued). What identifies the
-// request is kept: it still counts as a claimant of its revision.
+// request is kept: it still counts as a claimant of its revision. So is
+// its issuerRef: client-go may transform an object twice (the initial
+// streaming list transforms what it holds, then the informer's queue
+// again), and a second pass must decide as the first did.
 func requestOfIssuerOnly(issuer IssuerRef) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
 			return obj, nil
 		}
-		ours := issuer.names(cr.Namespace, cr.Spec.IssuerRef)
+		ref := cr.Spec.IssuerRef
 		out, err := requestCertificatesOnly(cr)
-		if !ours {
+		cr.Spec.IssuerRef = ref
+		if !issuer.names(cr.Namespace, ref) {
 			cr.Status = cmapi.CertificateRequestStatus{}
 		}
 		return out, err
