@@ -2,9 +2,9 @@ package syncer
 
 import (
 	"errors"
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
