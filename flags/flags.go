@@ -95,7 +95,8 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ServerSwitchGrace, "server-switch-grace", o.ServerSwitchGrace,
 		"Time after a new root entered the bundle when the server credential is switched to it even if clients are not ready.")
 	o.addStateFlags(fs)
-	o.addClientFlags(fs, "Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). Empty: clients are not tracked, old roots stay until they expire.")
+	o.addClientFlags(fs, "Label selector of the client Certificates whose renewal dualca tracks and triggers (e.g. dualca.io/client=agent). "+
+		"With --client-secret-selector or --client-issuer, all must match; none given: clients are not tracked, old roots stay until they expire.")
 	fs.Float64Var(&o.RenewalQPS, "renewal-qps", o.RenewalQPS,
 		"Client renewals triggered per second at most (token bucket, jittered).")
 	fs.IntVar(&o.RenewalBurst, "renewal-burst", o.RenewalBurst,
@@ -206,6 +207,8 @@ func (o Options) Syncer() syncer.Options {
 		TrustPropagationDelay:   o.TrustPropagationDelay,
 		ServerSwitchGrace:       o.ServerSwitchGrace,
 		ClientSelector:          o.ClientSelector,
+		ClientSecretSelector:    o.ClientSecretSelector,
+		ClientIssuer:            o.ClientIssuer,
 		ClientNamespaces:        o.ClientNamespaces,
 		RenewalQPS:              o.RenewalQPS,
 		RenewalBurst:            o.RenewalBurst,
@@ -219,7 +222,7 @@ func (o Options) Syncer() syncer.Options {
 // Args is the command line that Parse turns back into o: every flag of
 // dualca's own whose value differs from its default. The logging and
 // kubeconfig flags are not dualca's options and are left to the caller.
-// Client namespaces are given only with a client selector, as Parse wants.
+// Client namespaces are given only with a client selection, as Parse wants.
 func (o Options) Args() []string {
 	given := o
 	given.Objects.syncRaw()
@@ -233,7 +236,7 @@ func (o Options) Args() []string {
 	var args []string
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := f.Value.String(); v != ds.Lookup(f.Name).Value.String() {
-			if f.Name == "client-namespaces" && o.ClientSelector == nil {
+			if f.Name == "client-namespaces" && !o.Clients().Tracked() {
 				return
 			}
 			args = append(args, "--"+f.Name+"="+v)
@@ -253,8 +256,15 @@ func (o *Objects) syncRaw() {
 	if o.StatusConfigMap != DefaultStatusConfigMap(o.GatewaySecret, o.StateSecret) {
 		o.statusConfigMap = keyString(o.StatusConfigMap)
 	}
-	o.clientSelector, o.clientNamespaces = "", strings.Join(o.ClientNamespaces, ",")
+	o.clientSelector, o.clientSecretSelector, o.clientIssuer = "", "", ""
+	o.clientNamespaces = strings.Join(o.ClientNamespaces, ",")
 	if o.ClientSelector != nil {
 		o.clientSelector = o.ClientSelector.String()
+	}
+	if o.ClientSecretSelector != nil {
+		o.clientSecretSelector = o.ClientSecretSelector.String()
+	}
+	if o.ClientIssuer != nil {
+		o.clientIssuer = o.ClientIssuer.String()
 	}
 }

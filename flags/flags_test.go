@@ -97,10 +97,53 @@ func TestParse(t *testing.T) {
 		"a malformed client selector is named":                 {args: append(base, "--client-selector=a in (b"), wantErr: "--client-selector"},
 		"a client selector that selects everything is refused": {args: append(base, "--client-selector= "), wantErr: "selects everything"},
 		"an invalid client namespace is named":                 {args: append(base, "--client-selector=a=b", "--client-namespaces=ok,Not_OK"), wantErr: `namespace "Not_OK"`},
-		"client namespaces without a selector are refused":     {args: append(base, "--client-namespaces=agents"), wantErr: "needs --client-selector"},
-		"a zero renewal rate is refused":                       {args: append(base, "--renewal-qps=0"), wantErr: "--renewal-qps must be a positive number"},
-		"a NaN renewal rate is refused":                        {args: append(base, "--renewal-qps=NaN"), wantErr: "--renewal-qps must be a positive number"},
-		"a zero renewal burst is refused":                      {args: append(base, "--renewal-burst=0"), wantErr: "--renewal-burst must be at least 1"},
+		"client namespaces without a selection are refused":    {args: append(base, "--client-namespaces=agents"), wantErr: "needs a client selection"},
+		"a malformed client secret selector is named":          {args: append(base, "--client-secret-selector=a in (b"), wantErr: "--client-secret-selector"},
+		"a secret selector that selects everything is refused": {args: append(base, "--client-secret-selector= "), wantErr: "--client-secret-selector=\"\" selects everything"},
+		"an issuer without a kind is refused":                  {args: append(base, "--client-issuer=agents-ca"), wantErr: "want ClusterIssuer/NAME, Issuer/NAME or KIND.GROUP/NAME"},
+		"an issuer with a slash too many is refused":           {args: append(base, "--client-issuer=Issuer/a/b"), wantErr: "want ClusterIssuer/NAME"},
+		"a kind cert-manager.io has not is refused":            {args: append(base, "--client-issuer=CAIssuer/x"), wantErr: "kinds Issuer and ClusterIssuer"},
+		"a lower-case kind is refused":                         {args: append(base, "--client-issuer=issuer/x"), wantErr: `kind "issuer" is not a kind`},
+		"an upper-case issuer name is refused":                 {args: append(base, "--client-issuer=ClusterIssuer/CA"), wantErr: `name "CA"`},
+		"an invalid issuer group is refused":                   {args: append(base, "--client-issuer=PCAIssuer.Bad_Group/x"), wantErr: `group "Bad_Group"`},
+		"an Issuer no client namespace can name is refused": {args: []string{"--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw",
+			"--client-issuer=Issuer/agents-ca", "--client-namespaces=agents"}, wantErr: `the root Secret's namespace "cert-manager", which is not among --client-namespaces`},
+		"each client flag alone selects clients, namespaces too": {
+			args: append(base, "--client-secret-selector=app=agent", "--client-namespaces=agents,istio-system"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.ClientSelector).To(BeNil())
+				g.Expect(o.ClientSecretSelector.String()).To(Equal("app=agent"))
+				g.Expect(o.Clients().Tracked()).To(BeTrue())
+				g.Expect(o.ClientNamespaces).To(Equal([]string{"agents", "istio-system"}))
+			},
+		},
+		"an issuer is cert-manager's unless a group is given, an Issuer the root's namespace's": {
+			args: append(base, "--client-issuer=Issuer/agents-ca"),
+			check: func(g *WithT, o Options) {
+				g.Expect(*o.ClientIssuer).To(Equal(syncer.IssuerRef{Group: "cert-manager.io", Kind: "Issuer", Name: "agents-ca", Namespace: "istio-system"}))
+				g.Expect(o.Syncer().Clients().Issuer).To(Equal(o.ClientIssuer))
+			},
+		},
+		"a ClusterIssuer and an external issuer are of no namespace": {
+			args: append(base, "--client-issuer=ClusterIssuer/agents-ca"),
+			check: func(g *WithT, o Options) {
+				g.Expect(*o.ClientIssuer).To(Equal(syncer.IssuerRef{Group: "cert-manager.io", Kind: "ClusterIssuer", Name: "agents-ca"}))
+				ext, err := ParseIssuer("client-issuer", "AWSPCAClusterIssuer.awspca.cert-manager.io/pca", "istio-system")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(*ext).To(Equal(syncer.IssuerRef{Group: "awspca.cert-manager.io", Kind: "AWSPCAClusterIssuer", Name: "pca"}))
+				g.Expect(ext.String()).To(Equal("AWSPCAClusterIssuer.awspca.cert-manager.io/pca"))
+			},
+		},
+		"all three client flags together": {
+			args: append(base, "--client-selector=a=b", "--client-secret-selector=c=d", "--client-issuer=Issuer.cert-manager.io/x"),
+			check: func(g *WithT, o Options) {
+				sel := o.Clients()
+				g.Expect([]string{sel.Labels.String(), sel.SecretLabels.String(), sel.Issuer.String()}).To(Equal([]string{"a=b", "c=d", "Issuer/x"}))
+			},
+		},
+		"a zero renewal rate is refused":  {args: append(base, "--renewal-qps=0"), wantErr: "--renewal-qps must be a positive number"},
+		"a NaN renewal rate is refused":   {args: append(base, "--renewal-qps=NaN"), wantErr: "--renewal-qps must be a positive number"},
+		"a zero renewal burst is refused": {args: append(base, "--renewal-burst=0"), wantErr: "--renewal-burst must be at least 1"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -138,7 +181,9 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	o.Legacy, o.LeaderElect = true, true
 	o.PollInterval, o.TrustPropagationDelay, o.ServerSwitchGrace = time.Second, 2*time.Second, 3*time.Second
 	o.ClientSelector = labels.SelectorFromSet(labels.Set{"dualca.io/client": "agent"})
-	o.ClientNamespaces = []string{"agents", "edge"}
+	o.ClientSecretSelector = labels.SelectorFromSet(labels.Set{"app": "agent"})
+	o.ClientIssuer = &syncer.IssuerRef{Group: "cert-manager.io", Kind: "Issuer", Name: "agents-ca", Namespace: "cert-manager"}
+	o.ClientNamespaces = []string{"agents", "edge", "cert-manager"}
 	o.RenewalQPS, o.RenewalBurst = 0.5, 2
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "127.0.0.1:1", "127.0.0.1:2"
 	o.LeaderElectionNamespace = "elections"
@@ -163,6 +208,24 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	defaults.RootSecret, defaults.GatewaySecret = o.RootSecret, o.GatewaySecret
 	g.Expect(defaults.Args()).To(ConsistOf("--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw"),
 		"a default is not repeated, and client namespaces go with a selector only")
+
+	// Each client flag alone carries the namespaces with it.
+	for _, one := range []func(*Options){
+		func(o *Options) { o.ClientSecretSelector = labels.SelectorFromSet(labels.Set{"app": "agent"}) },
+		func(o *Options) {
+			o.ClientIssuer = &syncer.IssuerRef{Group: "example.com", Kind: "PCAIssuer", Name: "pca"}
+		},
+	} {
+		alone := defaults
+		alone.ClientNamespaces = []string{"agents"}
+		one(&alone)
+		args := alone.Args()
+		g.Expect(args).To(ContainElement("--client-namespaces=agents"))
+		back, err := Parse("dualca", args)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(back.Clients()).To(Equal(alone.Clients()))
+		g.Expect(back.ClientNamespaces).To(Equal(alone.ClientNamespaces))
+	}
 }
 
 // TestValidateChangesNothing: Validate of options built in code checks

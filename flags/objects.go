@@ -4,8 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/cert-manager/cert-manager/pkg/apis/certmanager"
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +27,13 @@ type Objects struct {
 	// GatewaySecret is the Secret dualca owns and the gateway reads.
 	GatewaySecret types.NamespacedName
 	// ClientSelector selects the client Certificates whose renewal dualca
-	// tracks and triggers; nil means clients are not tracked.
-	ClientSelector labels.Selector
+	// tracks and triggers by their own labels, ClientSecretSelector by the
+	// labels of the Secret cert-manager writes (spec.secretTemplate.labels),
+	// ClientIssuer by the issuer they name (spec.issuerRef). Every one set
+	// must match; none set means clients are not tracked.
+	ClientSelector       labels.Selector
+	ClientSecretSelector labels.Selector
+	ClientIssuer         *syncer.IssuerRef
 	// ClientNamespaces are where the client Certificates live (default: the
 	// gateway Secret's namespace).
 	ClientNamespaces []string
@@ -39,9 +48,15 @@ type Objects struct {
 
 	// The flags as given, which parse turns into the fields above.
 	rootSecret, gatewaySecret, clientSelector, clientNamespaces, stateSecret, statusConfigMap string
+	clientSecretSelector, clientIssuer                                                        string
 	// gatewayOptional: the rotation is written to bundle targets, so the
 	// gateway Secret may be left out.
 	gatewayOptional bool
+}
+
+// Clients is the client selection the flags make.
+func (o *Objects) Clients() syncer.ClientSelection {
+	return syncer.ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}
 }
 
 // DefaultStateSecret is the record's key when --state-secret is not
@@ -79,6 +94,13 @@ func (o *Objects) addSecretFlags(fs *flag.FlagSet, rootHelp, gatewayHelp string)
 
 func (o *Objects) addClientFlags(fs *flag.FlagSet, selectorHelp string) {
 	fs.StringVar(&o.clientSelector, "client-selector", o.clientSelector, selectorHelp)
+	fs.StringVar(&o.clientSecretSelector, "client-secret-selector", o.clientSecretSelector,
+		"Label selector of the Secrets cert-manager writes for the client Certificates, matched against each Certificate's spec.secretTemplate.labels "+
+			"(no Secret is read). With other client flags, all must match.")
+	fs.StringVar(&o.clientIssuer, "client-issuer", o.clientIssuer,
+		"The issuer of the client Certificates, ClusterIssuer/NAME or Issuer/NAME (an Issuer in the root Secret's namespace), or KIND.GROUP/NAME: "+
+			"every Certificate whose spec.issuerRef names it is a client. It must be the CA issuer of the root Secret (checked at start). "+
+			"With other client flags, all must match.")
 	fs.StringVar(&o.clientNamespaces, "client-namespaces", o.clientNamespaces,
 		"Comma-separated namespaces of the client Certificates (default: the gateway Secret's namespace).")
 }
@@ -107,15 +129,24 @@ func (o *Objects) parse() (map[string]bool, error) {
 		}
 	}
 	var err error
-	if o.clientSelector != "" {
-		o.ClientSelector, err = ParseSelector("client-selector", o.clientSelector)
-		note("client-selector", err)
+	for _, s := range []struct {
+		flag, raw string
+		sel       *labels.Selector
+	}{{"client-selector", o.clientSelector, &o.ClientSelector}, {"client-secret-selector", o.clientSecretSelector, &o.ClientSecretSelector}} {
+		if s.raw != "" {
+			*s.sel, err = ParseSelector(s.flag, s.raw)
+			note(s.flag, err)
+		}
+	}
+	if o.clientIssuer != "" {
+		o.ClientIssuer, err = ParseIssuer("client-issuer", o.clientIssuer, o.RootSecret.Namespace)
+		note("client-issuer", err)
 	}
 	if o.clientNamespaces != "" {
 		o.ClientNamespaces, err = ParseNamespaces("client-namespaces", o.clientNamespaces)
 		note("client-namespaces", err)
-		if o.clientSelector == "" {
-			errs = append(errs, errors.New("--client-namespaces needs --client-selector: without it no client is tracked"))
+		if o.clientSelector == "" && o.clientSecretSelector == "" && o.clientIssuer == "" {
+			errs = append(errs, errors.New("--client-namespaces needs a client selection (--client-selector, --client-secret-selector or --client-issuer): without one no client is tracked"))
 		}
 	}
 	if len(o.ClientNamespaces) == 0 && o.GatewaySecret.Namespace != "" {
@@ -178,9 +209,15 @@ func (o *Objects) validate(rootRequired bool, malformed map[string]bool) error {
 	if o.StateSecret.Name != "" && (o.StateSecret == o.RootSecret || o.StateSecret == o.GatewaySecret) {
 		errs = append(errs, errors.New("--state-secret must differ from --root-secret and --gateway-secret: it is dualca's own record"))
 	}
-	if o.ClientSelector != nil && o.ClientSelector.Empty() && !malformed["client-selector"] {
-		errs = append(errs, fmt.Errorf("--client-selector=%q selects everything; name the label of the client Certificates", o.ClientSelector.String()))
+	for _, s := range []struct {
+		flag, what string
+		sel        labels.Selector
+	}{{"client-selector", "client Certificates", o.ClientSelector}, {"client-secret-selector", "client Secrets", o.ClientSecretSelector}} {
+		if s.sel != nil && s.sel.Empty() && !malformed[s.flag] {
+			errs = append(errs, fmt.Errorf("--%s=%q selects everything; name the label of the %s", s.flag, s.sel.String(), s.what))
+		}
 	}
+	errs = append(errs, o.validateIssuer(malformed))
 	if !malformed["client-namespaces"] {
 		for _, ns := range o.ClientNamespaces {
 			if err := namespace("client-namespaces", ns); err != nil {
@@ -189,6 +226,21 @@ func (o *Objects) validate(rootRequired bool, malformed map[string]bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateIssuer refuses an Issuer (namespaced) that no client namespace
+// can name: an Issuer is the root Secret's namespace's, and only
+// Certificates there can name it.
+func (o *Objects) validateIssuer(malformed map[string]bool) error {
+	is := o.ClientIssuer
+	if is == nil || malformed["client-issuer"] || is.Namespace == "" {
+		return nil
+	}
+	if !slices.Contains(o.ClientNamespaces, is.Namespace) {
+		return fmt.Errorf("--client-issuer=%s: an Issuer is namespaced, and dualca takes the one in the root Secret's namespace %q, which is not among --client-namespaces %v: "+
+			"no client could name it (add that namespace, or use a ClusterIssuer)", is, is.Namespace, o.ClientNamespaces)
+	}
+	return nil
 }
 
 // ParseKey turns NAMESPACE/NAME into a key, checking both parts the way the
@@ -219,6 +271,44 @@ func ParseSelector(flagName, s string) (labels.Selector, error) {
 	}
 	return sel, nil
 }
+
+// ParseIssuer parses KIND/NAME (an issuer of cert-manager.io: Issuer or
+// ClusterIssuer) or KIND.GROUP/NAME. rootNamespace is the root Secret's:
+// the namespace of a cert-manager Issuer, the only one whose Certificates
+// can name it (see syncer.IssuerRef).
+func ParseIssuer(flagName, s, rootNamespace string) (*syncer.IssuerRef, error) {
+	kindGroup, name, ok := strings.Cut(s, "/")
+	if !ok || kindGroup == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--%s=%q: want ClusterIssuer/NAME, Issuer/NAME or KIND.GROUP/NAME", flagName, s)
+	}
+	kind, group, _ := strings.Cut(kindGroup, ".")
+	if group == "" {
+		group = certmanager.GroupName
+	}
+	ref := &syncer.IssuerRef{Group: group, Kind: kind, Name: name}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return nil, fmt.Errorf("--%s=%q: name %q: %s", flagName, s, name, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(group); len(msgs) > 0 {
+		return nil, fmt.Errorf("--%s=%q: group %q: %s", flagName, s, group, strings.Join(msgs, "; "))
+	}
+	if !kindPattern.MatchString(kind) {
+		return nil, fmt.Errorf("--%s=%q: kind %q is not a kind (a capital, then letters and digits)", flagName, s, kind)
+	}
+	if group == certmanager.GroupName {
+		switch kind {
+		case cmapi.IssuerKind:
+			ref.Namespace = rootNamespace
+		case cmapi.ClusterIssuerKind:
+		default:
+			return nil, fmt.Errorf("--%s=%q: cert-manager.io has kinds Issuer and ClusterIssuer, not %q", flagName, s, kind)
+		}
+	}
+	return ref, nil
+}
+
+// kindPattern is what a Kubernetes kind looks like.
+var kindPattern = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,62}$`)
 
 // ParseNamespaces parses a comma-separated list of namespaces, spaces
 // trimmed, each named once in the order first given.

@@ -13,7 +13,6 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,12 +32,23 @@ import (
 // gateway's own) can hold Secrets dualca has no business reading, and RBAC
 // cannot restrict a list of Secrets to those cert-manager wrote.
 //
-// The selected Certificates are cached through their label selector, and
-// their CertificateRequests through the same selector (cert-manager copies
-// a Certificate's labels onto each request it creates), in the client
-// namespaces only; a transform keeps nothing of a request but what
-// identifies it and its two certificates. Memory therefore grows with the
-// selected clients, never with the namespace's other objects.
+// With a Certificate label selector (--client-selector), the Certificates
+// are cached through it, and their CertificateRequests through the same
+// selector (cert-manager copies a Certificate's labels onto each request
+// it creates), in the client namespaces only. Selected by their Secret's
+// labels or their issuer alone (selection.go), the Certificates carry no
+// label to filter by on the API server, and their requests none of the
+// Secret template's: both caches then hold every Certificate and request
+// of the client namespaces, and the tracker joins the requests to the
+// Certificates it selects by the UID of their controller. A transform
+// keeps nothing of a request but what identifies it and its two
+// certificates (the CSR, a kilobyte or more, is dropped), and, selecting
+// by issuer, not even the certificates of a request naming another
+// issuer. Memory therefore grows with the selected clients when a label
+// selects them, and with the client namespaces' Certificates and requests
+// otherwise: about 2 KB per request kept with its certificates, a few
+// hundred bytes per other one, and each Certificate as the API server
+// holds it.
 //
 // A request is the client's only when it claims the Certificate by name
 // and revision and the Certificate controls it (owner reference by UID):
@@ -51,21 +61,54 @@ import (
 // (after a restart during its renewal) is unknown (bundle.Client.Unknown):
 // it may use any root, and keeps them all.
 
-// clientCacheOptions say what the cache of the selected Certificates and of
-// their CertificateRequests holds: those in the client namespaces, by label,
-// and of the requests only their public certificates.
+// clientCacheOptions say what the cache of the Certificates and of their
+// CertificateRequests holds: those in the client namespaces, by the
+// Certificates' label selector when there is one, and of the requests only
+// their public certificates.
 func clientCacheOptions(o Options) cache.Options {
 	namespaces := map[string]cache.Config{}
 	for _, ns := range o.ClientNamespaces {
 		namespaces[ns] = cache.Config{}
 	}
+	sel := o.Clients()
+	transform := requestCertificatesOnly
+	if sel.Issuer != nil {
+		transform = requestOfIssuerOnly(*sel.Issuer)
+	}
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cmapi.Certificate{}:        {Label: o.ClientSelector},
-			&cmapi.CertificateRequest{}: {Label: o.ClientSelector, Transform: requestCertificatesOnly},
+			&cmapi.Certificate{}:        {Label: sel.Labels},
+			&cmapi.CertificateRequest{}: {Label: sel.Labels, Transform: transform},
 		},
+	}
+}
+
+// requestOfIssuerOnly is requestCertificatesOnly that also drops the
+// certificates of a request not naming issuer: cert-manager copies the
+// Certificate's issuerRef into each request, so such a request is not of
+// a selected client's current revision, unless its Certificate moved to
+// the issuer since; that client then counts as unknown (fail-safe) until
+// its request of the issuer exists, which cert-manager makes at once (a
+// Secret issued by another issuer is re-issued). What identifies the
+// request is kept: it still counts as a claimant of its revision. So is
+// its issuerRef: client-go may transform an object twice (the initial
+// streaming list transforms what it holds, then the informer's queue
+// again), and a second pass must decide as the first did.
+func requestOfIssuerOnly(issuer IssuerRef) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		cr, ok := obj.(*cmapi.CertificateRequest)
+		if !ok {
+			return obj, nil
+		}
+		ref := cr.Spec.IssuerRef
+		out, err := requestCertificatesOnly(cr)
+		cr.Spec.IssuerRef = ref
+		if !issuer.names(cr.Namespace, ref) {
+			cr.Status = cmapi.CertificateRequestStatus{}
+		}
+		return out, err
 	}
 }
 
@@ -109,7 +152,7 @@ type clientView struct {
 // by revision for when its request is gone.
 type clientTracker struct {
 	reader     client.Reader
-	selector   labels.Selector
+	selection  ClientSelection
 	namespaces []string
 	// events, when set, is told of every change of the client cache (the
 	// controller's client event handlers call changed), and a read that
@@ -209,14 +252,16 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 		// Both lists come straight from the cache, without the deep copy of
 		// every object: this runs at every client event of a fan-out over
 		// thousands of clients, and nothing here modifies what it reads.
+		opts := []client.ListOption{client.InNamespace(ns), client.UnsafeDisableDeepCopy}
+		if t.selection.Labels != nil {
+			opts = append(opts, client.MatchingLabelsSelector{Selector: t.selection.Labels})
+		}
 		var list cmapi.CertificateList
-		if err := t.reader.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.selector},
-			client.UnsafeDisableDeepCopy); err != nil {
+		if err := t.reader.List(ctx, &list, opts...); err != nil {
 			return out, nil, fmt.Errorf("listing client certificates in %s: %w", ns, err)
 		}
 		var requests cmapi.CertificateRequestList
-		if err := t.reader.List(ctx, &requests, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: t.selector},
-			client.UnsafeDisableDeepCopy); err != nil {
+		if err := t.reader.List(ctx, &requests, opts...); err != nil {
 			return out, nil, fmt.Errorf("listing client certificate requests in %s: %w", ns, err)
 		}
 		// Requests are indexed by the Certificate that controls them and
@@ -236,6 +281,9 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 		}
 		for i := range list.Items {
 			crt := &list.Items[i]
+			if !t.selection.Selects(crt) {
+				continue // not a client: not followed, not remembered
+			}
 			name := crt.Namespace + "/" + crt.Name
 			seen[crt.UID] = true
 			v := clientView{cert: crt, inFlight: issuing(crt)}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,12 +43,19 @@ func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 
 var agentLabels = map[string]string{"app": "agent"}
 
-// clientCert is a selected Certificate at revision (nil: never issued).
+// agentsIssuer is the issuer of the clients of these tests, as a
+// Certificate names it (kind and group left to cert-manager's defaults).
+var agentsIssuer = cmmeta.IssuerReference{Name: "agents-ca"}
+
+// clientCert is a Certificate at revision (nil: never issued) that every
+// way of selecting clients selects: agentLabels on it and on its Secret,
+// issued by agentsIssuer.
 func clientCert(name string, revision *int) *cmapi.Certificate {
 	return &cmapi.Certificate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: name, UID: types.UID("uid-" + name), Labels: agentLabels},
-		Spec:       cmapi.CertificateSpec{SecretName: name + "-tls"},
-		Status:     cmapi.CertificateStatus{Revision: revision},
+		Spec: cmapi.CertificateSpec{SecretName: name + "-tls", IssuerRef: agentsIssuer,
+			SecretTemplate: &cmapi.CertificateSecretTemplate{Labels: agentLabels}},
+		Status: cmapi.CertificateStatus{Revision: revision},
 	}
 }
 
@@ -63,16 +71,34 @@ func request(crt *cmapi.Certificate, revision int, owner types.UID, leaf, ca []b
 			Annotations: map[string]string{cmapi.CertificateNameKey: crt.Name, cmapi.CertificateRequestRevisionAnnotationKey: fmt.Sprint(revision)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "cert-manager.io/v1", Kind: "Certificate", Name: crt.Name, UID: owner,
 				Controller: ptr.To(true)}}},
+		Spec:   cmapi.CertificateRequestSpec{IssuerRef: crt.Spec.IssuerRef},
 		Status: cmapi.CertificateRequestStatus{Certificate: leaf, CA: ca},
 	}
 }
 
 func newTracker(g Gomega, objs ...client.Object) (*clientTracker, *countingReader, client.Client) {
+	return newTrackerOf(g, ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}, objs...)
+}
+
+// newTrackerOf is a tracker of the clients sel selects in namespace
+// agents, reading objs.
+func newTrackerOf(g Gomega, sel ClientSelection, objs ...client.Object) (*clientTracker, *countingReader, client.Client) {
 	scheme, err := Scheme()
 	g.Expect(err).NotTo(HaveOccurred())
 	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 	reader := &countingReader{Reader: store}
-	return &clientTracker{reader: reader, selector: labels.SelectorFromSet(agentLabels), namespaces: []string{"agents"}}, reader, store
+	return &clientTracker{reader: reader, selection: sel, namespaces: []string{"agents"}}, reader, store
+}
+
+// selections are the ways to select the clients of these tests, each
+// alone and all together.
+func selections() map[string]ClientSelection {
+	by := labels.SelectorFromSet(agentLabels)
+	issuer := &IssuerRef{Group: "cert-manager.io", Kind: "Issuer", Name: "agents-ca", Namespace: "agents"}
+	return map[string]ClientSelection{
+		"by label": {Labels: by}, "by Secret label": {SecretLabels: by}, "by issuer": {Issuer: issuer},
+		"by all three": {Labels: by, SecretLabels: by, Issuer: issuer},
+	}
 }
 
 // TestClientReadsListOnlyAfterAChange: a watched tracker lists the clients
@@ -118,7 +144,7 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	g.Expect(renewed.Items).To(HaveLen(1))
 	g.Expect(renewed.Items[0].Leaf.Equal(leaf2)).To(BeTrue(), "the read after the event sees the renewed leaf")
 
-	unwatched := &clientTracker{reader: reader, selector: tracker.selector, namespaces: tracker.namespaces}
+	unwatched := &clientTracker{reader: reader, selection: tracker.selection, namespaces: tracker.namespaces}
 	for range 2 {
 		_, _, err := unwatched.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -202,33 +228,35 @@ func TestTheTrackerBelievesOnlyTheCertificatesOwnRequest(t *testing.T) {
 			want: want{unknown: true},
 		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			g := NewWithT(t)
-			crt := clientCert("agent", ptr.To(3))
-			tracker, reader, _ := newTracker(g, append(tc.objs(crt), crt)...)
-			cs, views, err := tracker.read(context.Background())
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(cs.Items).To(HaveLen(1))
-			c := cs.Items[0]
-			g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
-			if tc.want.leaf {
-				g.Expect(c.Leaf).NotTo(BeNil())
-				g.Expect(c.Leaf.Equal(leaf)).To(BeTrue())
-				g.Expect(c.CA).To(HaveLen(1))
-				g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
-			} else {
-				g.Expect(c.Leaf).To(BeNil(), "no leaf believed")
-			}
-			if tc.want.problem == "" {
-				g.Expect(views["agents/agent"].problem).To(BeEmpty())
-			} else {
-				g.Expect(views["agents/agent"].problem).To(ContainSubstring(tc.want.problem))
-			}
-			g.Expect(reader.types).To(HaveLen(2))
-			g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
-		})
+	for mode, sel := range selections() {
+		for name, tc := range tests {
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				g := NewWithT(t)
+				crt := clientCert("agent", ptr.To(3))
+				tracker, reader, _ := newTrackerOf(g, sel, append(tc.objs(crt), crt)...)
+				cs, views, err := tracker.read(context.Background())
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(cs.Items).To(HaveLen(1))
+				c := cs.Items[0]
+				g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
+				if tc.want.leaf {
+					g.Expect(c.Leaf).NotTo(BeNil())
+					g.Expect(c.Leaf.Equal(leaf)).To(BeTrue())
+					g.Expect(c.CA).To(HaveLen(1))
+					g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
+				} else {
+					g.Expect(c.Leaf).To(BeNil(), "no leaf believed")
+				}
+				if tc.want.problem == "" {
+					g.Expect(views["agents/agent"].problem).To(BeEmpty())
+				} else {
+					g.Expect(views["agents/agent"].problem).To(ContainSubstring(tc.want.problem))
+				}
+				g.Expect(reader.types).To(HaveLen(2))
+				g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
+			})
+		}
 	}
 }
 
@@ -265,7 +293,7 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
 	g.Expect(views["agents/agent"].request).To(BeNil())
 
-	restarted := &clientTracker{reader: tracker.reader, selector: tracker.selector, namespaces: tracker.namespaces}
+	restarted := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
 	cs, _, err = restarted.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "a tracker that never saw revision 1's request cannot tell its root")

@@ -4,6 +4,7 @@
 package syncer
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +53,14 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.ClientIssuer != nil {
+		// Uncached, before anything runs: a wrong issuer fails the start.
+		ctx, cancel := context.WithTimeout(context.Background(), issuerCheckTimeout)
+		defer cancel()
+		if err := CheckIssuer(ctx, mgr.GetAPIReader(), *o.ClientIssuer, o.RootSecret, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	c, err := newCaches(mgr, o)
 	if err != nil {
 		return nil, err
@@ -74,7 +84,7 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	o.Logger.Info("starting", "root", o.RootSecret, "targets", targetIDs(o.targets()),
-		"strategy", r.strategy.Name(), "pollInterval", o.PollInterval)
+		"strategy", r.strategy.Name(), "pollInterval", o.PollInterval, "clients", o.Clients().String())
 	return mgr, nil
 }
 
@@ -96,6 +106,9 @@ func LeaseName(gateway types.NamespacedName) string {
 	suffix := "-" + hex.EncodeToString(sum[:])[:leaseHashLen]
 	return strings.TrimRight(full[:validation.DNS1123SubdomainMaxLength-len(suffix)], "-.") + suffix
 }
+
+// issuerCheckTimeout bounds the start-up read of the client issuer.
+const issuerCheckTimeout = 30 * time.Second
 
 // leaseHashLen is how many hex digits of the hash a cut Lease name ends with.
 const leaseHashLen = 10
@@ -164,7 +177,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	}
 	r.status = newStatusMapOf(mgr, o, c)
 	if c.clients != nil {
-		r.clients = (&clientTracker{reader: c.clients, selector: o.ClientSelector, namespaces: o.ClientNamespaces}).watched()
+		r.clients = (&clientTracker{reader: c.clients, selection: o.Clients(), namespaces: o.ClientNamespaces}).watched()
 		r.renewer = newRenewer(strategy, o)
 		r.renewer.reportTo(r.report.recorder, store.current)
 	}

@@ -56,7 +56,7 @@ func next(gw bundle.Gateway, root *bundle.Root, clients *bundle.Clients, now tim
 	case root == nil:
 		return &Next{Unknown: "needs a usable root: give --root-secret as dualca runs with"}
 	case st.Clients != nil && clients == nil:
-		return &Next{Unknown: "dualca tracks clients: give --client-selector (and --client-namespaces) as dualca runs with"}
+		return &Next{Unknown: "dualca tracks clients: give its client selection (--client-selector, --client-secret-selector, --client-issuer, --client-namespaces) as dualca runs with"}
 	}
 	cs := bundle.Clients{}
 	if clients != nil && st.Clients != nil {

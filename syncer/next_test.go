@@ -60,7 +60,7 @@ func TestNextSaysWhatPlanDecides(t *testing.T) {
 			dueNow:  bundle.ReasonRotationPaused + ": rotation paused by the operator",
 		},
 		"without the root, unknown":             {gw: rotating, clients: &clients, unknown: "give --root-secret"},
-		"tracked clients not read, unknown":     {gw: rotating, root: r.r2, unknown: "give --client-selector"},
+		"tracked clients not read, unknown":     {gw: rotating, root: r.r2, unknown: "give its client selection"},
 		"timings not recorded, unknown":         {gw: with(rotating, bundle.AnnotationTimings, "garbage"), root: r.r2, clients: &clients, unknown: "records no timings"},
 		"the legacy strategy schedules nothing": {gw: with(rotating, bundle.AnnotationStrategy, bundle.StrategyLegacy), root: r.r2, summary: "legacy strategy: the gateway copies the root Secret as soon as it changes; nothing is scheduled"},
 	}

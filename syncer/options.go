@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -43,8 +44,13 @@ type Options struct {
 	PollInterval time.Duration
 	// TrustPropagationDelay and ServerSwitchGrace time a rotation.
 	TrustPropagationDelay, ServerSwitchGrace time.Duration
-	// ClientSelector selects the client Certificates; nil: not tracked.
-	ClientSelector labels.Selector
+	// ClientSelector selects the client Certificates by their labels,
+	// ClientSecretSelector by their spec.secretTemplate.labels, ClientIssuer
+	// by their spec.issuerRef; every one given must match, none: clients
+	// are not tracked (see ClientSelection).
+	ClientSelector       labels.Selector
+	ClientSecretSelector labels.Selector
+	ClientIssuer         *IssuerRef
 	// ClientNamespaces are where the client Certificates live.
 	ClientNamespaces []string
 	// RenewalQPS and RenewalBurst pace client renewals.
@@ -83,6 +89,11 @@ func DefaultStatusConfigMap(gateway, state types.NamespacedName) types.Namespace
 	return types.NamespacedName{Namespace: state.Namespace, Name: gateway.Name + "-dualca-status"}
 }
 
+// Clients is the selection of client Certificates the options make.
+func (o Options) Clients() ClientSelection {
+	return ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}
+}
+
 // complete fills in the defaults and refuses options the syncer cannot run with.
 func (o *Options) complete() error {
 	if o.Metrics == nil {
@@ -99,6 +110,10 @@ func (o *Options) complete() error {
 	}
 	if o.StatusConfigMap.Name == "" {
 		o.StatusConfigMap = DefaultStatusConfigMap(o.Anchor(), o.StateSecret)
+	}
+	if is := o.ClientIssuer; is != nil && is.certManagers() && is.Kind == cmapi.IssuerKind && is.Namespace == "" {
+		// An Issuer is the root Secret's namespace's (see IssuerRef).
+		o.ClientIssuer = &IssuerRef{Group: is.Group, Kind: is.Kind, Name: is.Name, Namespace: o.RootSecret.Namespace}
 	}
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = o.Anchor().Namespace

@@ -18,10 +18,10 @@ import (
 // holds collaborators, each keeping the state it needs between reconciles.
 type Reconciler struct {
 	store    *gatewayStore
-	clients  *clientTracker // nil when no client selector is configured
+	clients  *clientTracker // nil when clients are not tracked
 	strategy Strategy
 	report   *reporter
-	renewer  *renewer   // nil when no client selector is configured
+	renewer  *renewer   // nil when clients are not tracked
 	status   *statusMap // the status ConfigMap: controls in, report out
 	ready    *readiness
 	clock    clock.PassiveClock

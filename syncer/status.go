@@ -29,11 +29,14 @@ type StatusOptions struct {
 	GatewaySecret types.NamespacedName
 	// RootSecret, when set, is read and validated too.
 	RootSecret types.NamespacedName
-	// ClientSelector, when set, makes the report count the clients that
-	// need each root, from their Secrets; else client progress comes from
-	// the gateway Secret's annotation.
-	ClientSelector   labels.Selector
-	ClientNamespaces []string
+	// ClientSelector, ClientSecretSelector and ClientIssuer select the
+	// clients as dualca's options do; when one is set, the report counts
+	// the clients that need each root, from their requests; else client
+	// progress comes from the gateway Secret's annotation.
+	ClientSelector       labels.Selector
+	ClientSecretSelector labels.Selector
+	ClientIssuer         *IssuerRef
+	ClientNamespaces     []string
 	// StalledAfter is how long a rotation may stay in Renewing before the
 	// report calls the renewal stalled.
 	StalledAfter time.Duration
@@ -125,8 +128,8 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		}
 	}
 	var clients *bundle.Clients
-	if o.ClientSelector != nil {
-		cs, err := ReadClients(ctx, c, o.ClientSelector, o.ClientNamespaces)
+	if sel := (ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}); sel.Tracked() {
+		cs, err := ReadClients(ctx, c, sel, o.ClientNamespaces)
 		if err != nil {
 			return nil, err
 		}
@@ -210,8 +213,8 @@ func (r *Report) addStalled(stalledAfter time.Duration, now time.Time) {
 
 // ReadClients reads the selected clients through any reader: the cache in
 // the syncer, the API server in `dualca status`.
-func ReadClients(ctx context.Context, c client.Reader, selector labels.Selector, namespaces []string) (bundle.Clients, error) {
-	t := &clientTracker{reader: c, selector: selector, namespaces: namespaces}
+func ReadClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
+	t := &clientTracker{reader: c, selection: selection, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
 	return cs, err
 }

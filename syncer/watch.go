@@ -66,7 +66,7 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	if err := c.addStatus(mgr, o); err != nil {
 		return c, err
 	}
-	if o.ClientSelector == nil {
+	if !o.Clients().Tracked() {
 		return c, nil
 	}
 	opts := clientCacheOptions(o)

@@ -495,7 +495,7 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		"an unknown log level":                 {values: minimal + "logLevel: verbose\n", wantErr: "/logLevel"},
 		"a digest without its algorithm":       {values: minimal + "image: {digest: " + strings.Repeat("ab", 32) + "}\n", wantErr: "/image/digest"},
 		"a misspelt key":                       {values: minimal + "certManagment: {legacy: true}\n", wantErr: "'certManagment' not allowed"},
-		"client namespaces without selector":   {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs clients.selector"},
+		"client namespaces without selector":   {values: minimal + "clients: {namespaces: [agents]}\n", wantErr: "clients.namespaces needs a client selection"},
 		"the gateway is the root":              {values: minimal + "gatewaySecret: {namespace: cert-manager, name: agents-root-ca}\n", wantErr: "gatewaySecret must differ from rootSecret"},
 		"two replicas without election":        {values: minimal + "replicas: 2\n", wantErr: "replicas > 1 needs leaderElection.enabled"},
 		"a dashboard label as a number":        {values: minimal + "dashboard: {enabled: true, labels: {grafana_dashboard: 1}}\n", wantErr: "/dashboard/labels/grafana_dashboard"},

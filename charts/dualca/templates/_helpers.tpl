@@ -45,8 +45,12 @@ with the message dualca itself would give at start-up.
 {{- if and (eq $v.rootSecret.namespace $v.gatewaySecret.namespace) (eq $v.rootSecret.name $v.gatewaySecret.name) -}}
 {{- fail "gatewaySecret must differ from rootSecret: dualca never writes the root" -}}
 {{- end -}}
-{{- if and $v.clients.namespaces (not $v.clients.selector) -}}
-{{- fail "clients.namespaces needs clients.selector: without it no client is tracked" -}}
+{{- if and $v.clients.namespaces (not (include "dualca.clientsTracked" .)) -}}
+{{- fail "clients.namespaces needs a client selection (clients.selector, clients.secretSelector or clients.issuer): without one no client is tracked" -}}
+{{- end -}}
+{{- $issuer := include "dualca.clientIssuer" . | fromJson -}}
+{{- if and (eq $issuer.kind "Issuer") (not (has $v.rootSecret.namespace (include "dualca.clientNamespaces" . | fromJsonArray))) -}}
+{{- fail (printf "clients.issuer=%s: an Issuer is namespaced, and dualca takes the one in the root Secret's namespace %s, which is not among the client namespaces: add it to clients.namespaces, or use a ClusterIssuer" $v.clients.issuer $v.rootSecret.namespace) -}}
 {{- end -}}
 {{- if and (gt (int $v.replicas) 1) (not $v.leaderElection.enabled) -}}
 {{- fail "replicas > 1 needs leaderElection.enabled: two dualcas would race on the gateway Secret" -}}
@@ -83,10 +87,34 @@ Namespaces dualca works in, each as a JSON list: the client namespaces
 namespace (the gateway's by default, none without leader election).
 */}}
 {{- define "dualca.clientNamespaces" -}}
-{{- if .Values.clients.selector -}}
+{{- if include "dualca.clientsTracked" . -}}
 {{- default (list .Values.gatewaySecret.namespace) .Values.clients.namespaces | uniq | toJson -}}
 {{- else -}}
 []
+{{- end -}}
+{{- end -}}
+
+{{/* dualca.clientsTracked is "true" when a client selection is given, else empty. */}}
+{{- define "dualca.clientsTracked" -}}
+{{- if or .Values.clients.selector .Values.clients.secretSelector .Values.clients.issuer -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.clientIssuer is clients.issuer as JSON: {"kind", "name"} for an
+issuer of cert-manager.io, the only ones dualca reads (and the chart grants
+get on); {} for none or another group's, which dualca cannot check.
+*/}}
+{{- define "dualca.clientIssuer" -}}
+{{- $kindGroup := "" -}}{{- $name := "" -}}
+{{- with .Values.clients.issuer -}}
+{{- $parts := splitn "/" 2 . -}}
+{{- $kindGroup = $parts._0 -}}{{- $name = $parts._1 -}}
+{{- end -}}
+{{- $kind := trimSuffix ".cert-manager.io" $kindGroup -}}
+{{- if and $name (has $kind (list "Issuer" "ClusterIssuer")) -}}
+{{- dict "kind" $kind "name" $name | toJson -}}
+{{- else -}}
+{}
 {{- end -}}
 {{- end -}}
 
@@ -138,6 +166,12 @@ test/chart checks the two agree.
 - --server-switch-grace={{ $v.rotation.serverSwitchGrace }}
 {{- with $v.clients.selector }}
 - {{ printf "--client-selector=%s" . | quote }}
+{{- end }}
+{{- with $v.clients.secretSelector }}
+- {{ printf "--client-secret-selector=%s" . | quote }}
+{{- end }}
+{{- with $v.clients.issuer }}
+- {{ printf "--client-issuer=%s" . | quote }}
 {{- end }}
 {{- with $v.clients.namespaces }}
 - --client-namespaces={{ join "," . }}
