@@ -46,7 +46,10 @@ type StatusOptions struct {
 // status ConfigMap (see statusmap.go). It holds fingerprint prefixes,
 // subjects and dates, never certificate or key bytes.
 type Report struct {
-	Gateway     string           `json:"gateway"`
+	Gateway string `json:"gateway"`
+	// Targets are the objects dualca writes the rotation to and what each
+	// holds; empty in a report made from the Secrets (Status).
+	Targets     []TargetStatus   `json:"targets,omitempty"`
 	Strategy    string           `json:"strategy"`
 	Phase       string           `json:"phase,omitempty"`
 	RootAddedAt *time.Time       `json:"rootAddedAt,omitempty"`
@@ -74,6 +77,14 @@ type Report struct {
 	// age is how old ObservedAt was when the report was read (ReadStatus);
 	// 0 when unknown. Text output shows it.
 	age time.Duration
+}
+
+// TargetStatus is one object dualca writes the rotation to.
+type TargetStatus struct {
+	// Object is KIND/NAMESPACE/NAME.
+	Object string `json:"object"`
+	// Holds says what of the rotation it holds, by key.
+	Holds string `json:"holds"`
 }
 
 // RootStatus is the root Secret as dualca would read it.
@@ -241,6 +252,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if r.Clients != nil {
 		_, _ = fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
+	}
+	for _, t := range r.Targets {
+		_, _ = fmt.Fprintf(tw, "target\t%s (%s)\n", t.Object, t.Holds)
 	}
 	r.writeControls(tw)
 	r.Next.writeText(tw)

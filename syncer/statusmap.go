@@ -51,6 +51,8 @@ const promotePrefix = 12
 type statusMap struct {
 	key              types.NamespacedName
 	gateway, rootKey types.NamespacedName
+	// targets are the objects the rotation is written to, as reported.
+	targets []TargetStatus
 	api              client.Reader // uncached
 	// cache is the ConfigMap's single-object cache, read between polls;
 	// nil when watches are disabled.
@@ -85,8 +87,8 @@ func newStatusMapOf(mgr ctrl.Manager, o Options, c caches) *statusMap {
 
 // newStatusMap is the publisher of the options' status ConfigMap.
 func newStatusMap(o Options, api client.Reader, cache client.Reader, writer client.Writer) *statusMap {
-	return &statusMap{key: o.StatusConfigMap, gateway: o.GatewaySecret, rootKey: o.RootSecret, api: api, cache: cache,
-		writer: writer, clock: o.Clock, poll: o.PollInterval}
+	return &statusMap{key: o.StatusConfigMap, gateway: o.Anchor(), rootKey: o.RootSecret, api: api, cache: cache,
+		writer: writer, clock: o.Clock, poll: o.PollInterval, targets: targetStatuses(o.targets())}
 }
 
 // controls reads the operator's controls: the pause and promote
@@ -429,6 +431,10 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 		clients = &p.clients
 	}
 	rep := reportOf(r.status.gateway, r.status.rootKey, p.decision, p.rootFP, clients, 0, now)
+	rep.Targets = r.status.targets
+	for _, in := range p.written.foreign {
+		rep.Attention = append(rep.Attention, "the gateway reads what dualca does not own, left as found: "+in.what)
+	}
 	done, err := r.status.publish(ctx, rep, p.decision.State.Promote != "")
 	if err != nil {
 		logf.FromContext(ctx).Error(err, "publishing status")

@@ -368,3 +368,19 @@ func targetIDs(ts []target) []string {
 	}
 	return out
 }
+
+// targetStatuses are ts as the status reports them.
+func targetStatuses(ts []target) []TargetStatus {
+	out := make([]TargetStatus, len(ts))
+	for i, t := range ts {
+		var holds []string
+		if t.credential {
+			holds = append(holds, "server credential: tls.crt, tls.key")
+		}
+		if t.bundleKey != "" {
+			holds = append(holds, "bundle: "+t.bundleKey)
+		}
+		out[i] = TargetStatus{Object: t.id(), Holds: strings.Join(holds, "; ")}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
@@ -50,6 +52,10 @@ func TestTheSplitFormPutsTheBundleInTheCacertSecret(t *testing.T) {
 	s.edit(s.gateway, func(sec *corev1.Secret) { sec.Data["ca.crt"] = attacker.CertPEM })
 	s.g.Eventually(func() map[string][]byte { return s.secret(s.gateway).Data }).ShouldNot(HaveKey("ca.crt"), "a bundle beside the split credential is removed")
 	s.g.Expect(split()).To(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
+	s.g.Eventually(s.statusText(syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway)))).Should(And(
+		MatchRegexp(`target +secret/`+s.gateway.String()+` \(server credential: tls.crt, tls.key\)`),
+		MatchRegexp(`target +secret/`+cacert.String()+` \(bundle: ca.crt\)`),
+		MatchRegexp(`phase +Renewing`)), "dualca status names each target and what it holds")
 }
 
 // TestBundleTargetsHoldTheBundleAlone: a gateway that serves a
@@ -105,6 +111,10 @@ func TestBundleTargetsHoldTheBundleAlone(t *testing.T) {
 	}).Should(Succeed(), "the attacker's CA is undone")
 	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayTampered+": gateway Secret was changed outside dualca (configmap/"+cm.String()+" trust.pem)")))
 	s.g.Expect(k8s.Get(context.Background(), s.gateway, &corev1.Secret{})).NotTo(Succeed(), "no gateway Secret is made")
+	s.g.Eventually(s.statusText(o.StatusConfigMap)).Should(And(
+		MatchRegexp(`gateway +`+cm.String()),
+		ContainSubstring("configmap/"+cm.String()+" (bundle: trust.pem)"),
+		ContainSubstring("secret/"+sec.String()+" (bundle: trust.pem)")), "dualca status of a bundle-only rotation")
 }
 
 // TestForeignIstioInputsAreRemovedOrFlagged: beside a combined gateway
@@ -168,6 +178,20 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(added).To(BeTemporally(">", recorded.Add(2*time.Second)), "not the record's first stamp")
 	s.g.Expect(added).To(BeTemporally(">=", let.Truncate(time.Second)), "the delay counts from the write that reached the gateway")
+}
+
+// statusText is what `dualca status` prints from the status ConfigMap key.
+func (s *setup) statusText(key types.NamespacedName) func() (string, error) {
+	kube := kubernetes.NewForConfigOrDie(restConfig)
+	return func() (string, error) {
+		r, err := syncer.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
+		if err != nil {
+			return "", err
+		}
+		var out strings.Builder
+		err = r.WriteText(&out)
+		return out.String(), err
+	}
 }
 
 // splitView is the view of a split-form gateway: its credential, and the
