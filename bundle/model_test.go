@@ -83,6 +83,19 @@ type model struct {
 	// tampered: the gateway was written by someone else since the last
 	// decision; the step-wise invariants start again from the next.
 	tampered bool
+	// The objects the gateway reads, apart from the record (m.gw): their
+	// writes fail while writesFail (an outage, a policy), after the record
+	// was written. written is the bundle they last got, and writtenAt when
+	// each of its roots first reached them, by dualca's clock.
+	writesFail bool
+	written    []*x509.Certificate
+	writtenAt  map[string]time.Time
+	// bornWith are the roots of the first bundle written: a gateway loads
+	// its first bundle whole, with everything else, so no client was
+	// working before it to be broken by it.
+	bornWith map[string]bool
+	// lateWrites counts the decisions made while the gateway lagged.
+	lateWrites int
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -175,6 +188,12 @@ func (m *model) reconcile() {
 	if err != nil {
 		return // expired root: cert-manager will renew it; the gateway stays
 	}
+	if !m.legacy {
+		m.gw.Lagging = m.lagging()
+		if m.gw.Lagging {
+			m.lateWrites++
+		}
+	}
 	prev := m.gw
 	var d bundle.Decision
 	if m.legacy {
@@ -189,6 +208,10 @@ func (m *model) reconcile() {
 		m.check(sameDecision(d, again), "the decision is deterministic")
 	}
 	m.apply(d)
+	before := m.written
+	if !m.writesFail {
+		m.wrote(d.CAPEM)
+	}
 	m.checkProvenance(prev, d, root)
 	if m.legacy {
 		m.check(string(m.gw.CAPEM) == string(root.CAPEM) && string(m.gw.CertPEM) == string(root.CertPEM) &&
@@ -205,6 +228,26 @@ func (m *model) reconcile() {
 		m.checkControls(prev, d, root)
 	}
 	m.tampered = false
+	if m.writesFail {
+		return // the reconcile fails: nothing follows the decision
+	}
+	// 8. a client that works (its leaf chains to a root of the gateway's
+	// bundle) is moved to a root only once the objects the gateway reads
+	// have held it for the propagation delay, however late they were
+	// written after the record. A client on a root the gateway does not
+	// trust, or that does not trust the root the server moved to (a forced
+	// switch), cannot be broken further, and is moved at once.
+	at, ok := m.writtenAt[root.Fingerprint]
+	for _, c := range m.clients {
+		if before == nil || m.bornWith[root.Fingerprint] || m.gw.State.Server == root.Fingerprint {
+			break // the gateway got the root with its first bundle, or the server is on the root already
+		}
+		works := slices.ContainsFunc(before, func(r *x509.Certificate) bool { return m.signatures.ChainsTo(c.leaf, r) })
+		if works && slices.Contains(d.Renew, c.name) && !m.signatures.ChainsTo(c.leaf, root.Cert) {
+			m.check(ok && !m.now.Before(at.Add(m.timings.TrustPropagationDelay)),
+				"invariant 8: %s renewed onto %s, in the gateway's bundle since %v (written: %v), now %v", c.name, root.Cert.Subject.CommonName, at, ok, m.now)
+		}
+	}
 	for _, name := range d.Renew {
 		for _, c := range m.clients {
 			if c.name == name {
@@ -217,6 +260,37 @@ func (m *model) reconcile() {
 	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing: %v then %v", credentialShape(m.gw.CertPEM), credentialShape(next.CertPEM))
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
+}
+
+// lagging is what the syncer tells the decision: the objects the gateway
+// reads were written before and lack the root the record says is current.
+func (m *model) lagging() bool {
+	if m.written == nil || m.gw.State.Root == "" {
+		return false
+	}
+	_, ok := m.writtenAt[m.gw.State.Root]
+	return !ok
+}
+
+// wrote records a write of the objects the gateway reads.
+func (m *model) wrote(ca []byte) {
+	roots := parsed(m.t, ca)
+	if m.written == nil {
+		m.bornWith = map[string]bool{}
+		for _, c := range roots {
+			m.bornWith[bundle.Fingerprint(c)] = true
+		}
+	}
+	at := map[string]time.Time{}
+	for _, c := range roots {
+		fp := bundle.Fingerprint(c)
+		if t, ok := m.writtenAt[fp]; ok {
+			at[fp] = t
+		} else {
+			at[fp] = m.now
+		}
+	}
+	m.written, m.writtenAt = roots, at
 }
 
 // apply stores a decision the way the API server would: data as bytes,
@@ -570,7 +644,10 @@ func (m *model) check(ok bool, format string, args ...any) {
 
 // step does one random thing to the world and reconciles.
 func (m *model) step() {
-	switch n := m.rng.IntN(113); {
+	switch n := m.rng.IntN(116); {
+	case n >= 113:
+		m.writesFail = !m.writesFail
+		m.trace = append(m.trace, fmt.Sprintf("gateway writes fail=%v", m.writesFail))
 	case n >= 112:
 		// A hidden client's CR is found again, its credential unchanged
 		// (restored by hand): back in view without a renewal.
@@ -634,6 +711,11 @@ func (m *model) step() {
 	case n < 51:
 		d := -time.Duration(m.rng.IntN(300)) * time.Second
 		m.now = m.now.Add(d)
+		for fp, at := range m.writtenAt {
+			if at.After(m.now) {
+				m.writtenAt[fp] = m.now // as a recorded moment is (rotate.go)
+			}
+		}
 		m.trace = append(m.trace, "clock back "+d.String())
 	case n < 55:
 		d := time.Duration(m.rng.IntN(40)) * time.Minute
@@ -660,7 +742,7 @@ func (m *model) step() {
 // settle stops rotations and lets everything finish: every selected client
 // must end on the current root, the server on it, and old roots retired.
 func (m *model) settle() {
-	m.legacy, m.rootBad = false, false
+	m.legacy, m.rootBad, m.writesFail = false, false, false
 	if m.annots != nil {
 		delete(m.annots, bundle.AnnotationPaused)
 		m.gw.State = bundle.ParseState(m.annots)
@@ -742,12 +824,16 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.heldForHidden += m.heldForHidden
 		total.revealedRenewed += m.revealedRenewed
 		total.revealedAsWas += m.revealedAsWas
+		total.lateWrites += m.lateWrites
 	}
 	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
 		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)
 	t.Logf("operator: %d pause, %d resume, %d promote steps; %d decisions held renewals while paused, %d switches promoted, %d forced while paused (server root expiring), %d promotes ignored (stale or moot)",
 		total.pauses, total.resumes, total.promotes, total.heldRenewals, total.promotedSwitches, total.pausedForced, total.promotesIgnored)
-	t.Logf("hostile writers: %d attacks", total.attacks)
+	t.Logf("hostile writers: %d attacks; %d decisions while the gateway lagged behind the record", total.attacks, total.lateWrites)
+	if total.lateWrites == 0 {
+		t.Fatal("the random histories made no decision while the gateway lagged")
+	}
 	if total.attacks == 0 {
 		t.Fatal("the random histories made no attack")
 	}
