@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ type Options struct {
 	// LeaderElectionNamespace is where the election Lease lives (default: the
 	// gateway Secret's namespace).
 	LeaderElectionNamespace string
+	// Server is the server leaf profile (server.go).
+	Server Server
 	// Zap holds controller-runtime's logging flags (--zap-log-level and friends).
 	Zap ctrlzap.Options
 }
@@ -64,6 +67,7 @@ func Defaults() Options {
 		RenewalBurst:           10,
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
+		Server:                 DefaultServer(),
 		Zap:                    ctrlzap.Options{Development: false},
 	}
 }
@@ -104,6 +108,7 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 		"Enable leader election, for more than one replica; a sidecar needs it too (its replicas are the gateway's).")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the gateway Secret's namespace).")
+	o.Server.addFlags(fs)
 }
 
 // Parse registers the flags on a fresh FlagSet, parses args, turns the
@@ -120,7 +125,9 @@ func Parse(name string, args []string) (Options, error) {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	malformed, err := o.parse()
-	return o, errors.Join(err, o.validate(malformed))
+	serverMalformed, serverErr := o.Server.parse()
+	maps.Copy(malformed, serverMalformed)
+	return o, errors.Join(err, serverErr, o.validate(malformed))
 }
 
 // Validate checks every option and names the flag at fault. It changes
@@ -132,7 +139,7 @@ func (o *Options) Validate() error {
 // validate is Validate, leaving out that a flag is missing when it was
 // given but could not be parsed (that was said already).
 func (o *Options) validate(malformed map[string]bool) error {
-	errs := []error{o.Objects.validate(true, malformed)}
+	errs := []error{o.Objects.validate(true, malformed), o.Server.validate(!o.Legacy, o.TrustPropagationDelay, o.ServerSwitchGrace, malformed)}
 	for _, p := range []struct {
 		flag string
 		d    time.Duration
@@ -182,6 +189,7 @@ func (o Options) Syncer() syncer.Options {
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElect:             o.LeaderElect,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Server:                  o.Server.Profile(),
 	}
 }
 
@@ -192,6 +200,7 @@ func (o Options) Syncer() syncer.Options {
 func (o Options) Args() []string {
 	given := o
 	given.syncRaw()
+	given.Server.syncRaw()
 	fs := flag.NewFlagSet("args", flag.ContinueOnError)
 	given.addOwnFlags(fs)
 	defaults := Defaults()

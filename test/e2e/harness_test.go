@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -145,6 +146,7 @@ func (s *scenario) options(legacy bool) flags.Options {
 	o.ClientNamespaces = []string{s.ns}
 	o.RenewalQPS, o.RenewalBurst = 20, 5
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "0", "0"
+	o.Server.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)} // the gateway is dialled there
 	return o
 }
 
