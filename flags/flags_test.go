@@ -7,10 +7,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-
-	"github.com/dualca/dualca/bundle"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // Not parallel: controller-runtime binds --kubeconfig to a package-level
@@ -57,14 +57,14 @@ func TestParse(t *testing.T) {
 				g.Expect(o.Syncer().Server.DNSNames).To(BeEmpty())
 			},
 		},
-		"the legacy strategy needs no server names": {args: append(base[:2:2], "--cert-management-legacy")},
+		"the legacy strategy needs no server names":                {args: append(base[:2:2], "--cert-management-legacy")},
 		"no server names is refused in the zero-downtime strategy": {args: base[:2:2], wantErr: "--server-dns-names or --server-ip-addresses is required"},
-		"names and without-names contradict":                        {args: append(base, "--server-without-names"), wantErr: "contradicts"},
-		"an invalid server DNS name is named":                       {args: append(base[:2:2], "--server-dns-names=ok.example.com,Not_OK"), wantErr: `--server-dns-names: "Not_OK" is not a DNS name`},
-		"a wildcard in the middle is refused":                       {args: append(base[:2:2], "--server-dns-names=a.*.example.com"), wantErr: "is not a DNS name"},
-		"an invalid server IP address is named":                     {args: append(base[:2:2], "--server-ip-addresses=10.0.0.300"), wantErr: `"10.0.0.300" is not an IP address`},
-		"an unknown key algorithm is named":                         {args: append(base, "--server-key-algorithm=dsa"), wantErr: `--server-key-algorithm="dsa": want one of ecdsa-p256, rsa-2048, rsa-3072, ed25519`},
-		"a lifetime beyond a year is refused":                       {args: append(base, "--server-lifetime=9000h"), wantErr: "--server-lifetime must be between"},
+		"names and without-names contradict":                       {args: append(base, "--server-without-names"), wantErr: "contradicts"},
+		"an invalid server DNS name is named":                      {args: append(base[:2:2], "--server-dns-names=ok.example.com,Not_OK"), wantErr: `--server-dns-names: "Not_OK" is not a DNS name`},
+		"a wildcard in the middle is refused":                      {args: append(base[:2:2], "--server-dns-names=a.*.example.com"), wantErr: "is not a DNS name"},
+		"an invalid server IP address is named":                    {args: append(base[:2:2], "--server-ip-addresses=10.0.0.300"), wantErr: `"10.0.0.300" is not an IP address`},
+		"an unknown key algorithm is named":                        {args: append(base, "--server-key-algorithm=dsa"), wantErr: `--server-key-algorithm="dsa": want one of ecdsa-p256, rsa-2048, rsa-3072, ed25519`},
+		"a lifetime beyond a year is refused":                      {args: append(base, "--server-lifetime=9000h"), wantErr: "--server-lifetime must be between"},
 		"a lifetime whose third is within the grace is refused": {args: append(base, "--server-lifetime=504h"),
 			wantErr: "a third of it (168h0m0s, when the certificate is issued again) must exceed --server-switch-grace plus --trust-propagation-delay (168h2m0s)"},
 		"a short lifetime goes with a short grace": {args: append(base, "--server-lifetime=2h", "--server-switch-grace=30m", "--trust-propagation-delay=1m")},
