@@ -260,3 +260,33 @@ func TestEveryRootAndLeafKeyAlgorithmVerifies(t *testing.T) {
 		})
 	}
 }
+
+// TestALinkWithTooShortAPathLengthIsNotFollowed: a cross-certificate found
+// in tls.crt whose path length does not reach its place in the path (made
+// by hand with the current root's key) is left out, and the current root
+// certifies that place again, so the chain still verifies.
+func TestALinkWithTooShortAPathLengthIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r1, r2, r3 := sameSubjectRoot(t, 0, certs.Options{}), sameSubjectRoot(t, 1, certs.Options{}), sameSubjectRoot(t, 2, certs.Options{})
+	d := rotations(t, withProfile(testProfile), r1, r2, r3)
+	chain := parsed(t, d.CertPEM)
+	g.Expect(chain).To(HaveLen(3))
+	short := certs.MustNew(t, "agents-root-ca", testNow.Add(-time.Hour), testNow.Add(50*time.Hour), certs.Options{IsCA: true, Key: r2.Key,
+		Edit: func(c *x509.Certificate) {
+			c.Subject, c.SubjectKeyId, c.AuthorityKeyId = r2.Cert.Subject, r2.Cert.SubjectKeyId, r3.Cert.SubjectKeyId
+			c.MaxPathLen, c.MaxPathLenZero = 0, true
+		}}, r3).Cert
+	g.Expect(short.CheckSignatureFrom(r3.Cert)).To(Succeed())
+	gw := written(d)
+	gw.CertPEM = bundle.Encode([]*x509.Certificate{chain[0], chain[1], short})
+	again := bundle.Plan(gw, validRoot(t, r3, testNow), bundle.Clients{}, withProfile(testProfile), testNow)
+	links := parsed(t, again.CertPEM)[1:]
+	g.Expect(links).To(HaveLen(2))
+	g.Expect(links[1].Raw).NotTo(Equal(short.Raw), "the link of path length 0 above another link is not followed")
+	g.Expect(links[1].MaxPathLen).To(Equal(1))
+	v := newVerifiers(t, testNow.Add(time.Second))
+	for _, r := range []*certs.CA{r1, r2, r3} {
+		v.accepted(g, parsed(t, again.CertPEM), r.Cert, "a client of "+bundle.Short(bundle.Fingerprint(r.Cert)))
+	}
+}
