@@ -138,7 +138,7 @@ func (x *crossing) path(server *x509.Certificate) []link {
 	if s.complete != nil && len(s.complete) > len(s.partial) {
 		return s.complete
 	}
-	return append(s.partial, x.sign(s.end)...)
+	return append(s.partial, x.sign(s.end, len(s.partial))...)
 }
 
 // direct is the cross-certificates of server by roots current since that
@@ -158,7 +158,7 @@ func (x *crossing) direct(server *x509.Certificate, path []link) []link {
 		from, until := pathValidity(path, len(path))
 		root := x.p.root.Cert
 		if len(path) == 0 || from.After(later(server.NotBefore, root.NotBefore)) || until.Before(earlier(server.NotAfter, root.NotAfter)) {
-			direct = append(direct, x.sign(server)...)
+			direct = append(direct, x.sign(server, 0)...)
 		}
 	}
 	return x.oldestFirst(direct)
@@ -200,11 +200,12 @@ func (x *crossing) oldestFirst(links []link) []link {
 	return links
 }
 
-// sign is a new link: c certified by the current root. A failure is
+// sign is a new link: c certified by the current root, with below links
+// under it in the chain (its path length, see crossSign). A failure is
 // reported, and leaves the link out.
-func (x *crossing) sign(c *x509.Certificate) []link {
+func (x *crossing) sign(c *x509.Certificate, below int) []link {
 	root := x.p.root
-	cross, err := crossSign(c, root.Cert, root.KeyPEM)
+	cross, err := crossSign(c, root.Cert, root.KeyPEM, below)
 	if err != nil {
 		x.p.emit(Event{Warning: true, Reason: ReasonCrossSignFailed,
 			Message: "clients of the new root may not verify the server until it switches: " + err.Error()})
@@ -237,6 +238,9 @@ func (s *pathSearch) walk(node *x509.Certificate, path []link) {
 		s.partial, s.end = slices.Clone(path), node
 	}
 	for _, l := range s.x.links[nodeFP] {
+		if limit, ok := pathLen(l.cert); ok && limit < len(path) {
+			continue // its path length does not reach this far from the leaf
+		}
 		if fp := s.x.fingerprint(l.signer); !s.visited[fp] {
 			s.visited[fp] = true
 			s.walk(l.signer, append(path, l))

@@ -49,6 +49,15 @@ const (
 	// the credential found is kept if there is one, else none is written:
 	// a root's key never goes where it was not.
 	ReasonServerCredentialFailed = "ServerCredentialFailed" //nolint:gosec // G101: an event reason, not a credential
+	// ReasonServerLeafReissued: the server certificate was issued again
+	// from the root it chains to: a third of its lifetime remained, it was
+	// not valid, or it did not match the profile (names, key, lifetime).
+	ReasonServerLeafReissued = "ServerLeafReissued"
+	// ReasonServerLeafExpiring: the server certificate found has expired
+	// and chains to an older root, whose key dualca does not hold: it
+	// cannot be issued again until the server switches (a Warning; the
+	// switch rule forces the switch before, so it is an alarm).
+	ReasonServerLeafExpiring = "ServerLeafExpiring"
 	// ReasonCrossSignFailed: a cross-certificate could not be issued, so
 	// clients of the new root may not verify the server until it switches.
 	ReasonCrossSignFailed = "CrossSignFailed"

@@ -323,15 +323,19 @@ func FuzzPlan(f *testing.F) {
 		if !ok {
 			return // the syncer decides only with a root valid now
 		}
-		d := bundle.Plan(gw, root, clients, testTimings, now)
+		// With a profile: whatever leaf the Secret held, one on the
+		// current root leaves the decision matching it.
+		timings := withProfile(testProfile)
+		d := bundle.Plan(gw, root, clients, timings, now)
 
 		expectConsistent(t, d, root, now)
+		expectProfile(t, d, root, now)
 		for _, e := range d.Events {
 			if base64Run.MatchString(e.Message) {
 				t.Fatalf("event message %q holds a run of base64", e.Message)
 			}
 		}
-		again := bundle.Plan(gw, root, clients, testTimings, now)
+		again := bundle.Plan(gw, root, clients, timings, now)
 		if !sameDecision(d, again) {
 			t.Fatalf("the decision is not deterministic: %v then %v", d.State.Annotations(), again.State.Annotations())
 		}
@@ -354,7 +358,7 @@ func FuzzPlan(f *testing.F) {
 
 		// What was written is a fixed point: deciding again on it at the
 		// same moment writes nothing and says nothing.
-		next := bundle.Plan(written(d), root, clients, testTimings, now)
+		next := bundle.Plan(written(d), root, clients, timings, now)
 		if !bytes.Equal(next.CertPEM, d.CertPEM) || !bytes.Equal(next.KeyPEM, d.KeyPEM) || !bytes.Equal(next.CAPEM, d.CAPEM) {
 			t.Fatalf("deciding again on what was written changes the data: tls.crt %v then %v, ca.crt %v then %v",
 				credentialShape(d.CertPEM), credentialShape(next.CertPEM), w.names(d.CAPEM), w.names(next.CAPEM))
@@ -366,6 +370,25 @@ func FuzzPlan(f *testing.F) {
 			t.Fatalf("deciding again on what was written emits events: %v", next.Events)
 		}
 	})
+}
+
+// expectProfile checks the server leaf of a decision: valid now, and when
+// it is on the current root (whose key dualca holds), matching the profile
+// and short of its re-issue margin unless it ends with its root.
+func expectProfile(t *testing.T, d bundle.Decision, root *bundle.Root, now time.Time) {
+	t.Helper()
+	if d.Leaf == nil || d.Leaf.IsCA || d.State.Server != root.Fingerprint {
+		return
+	}
+	if why := testProfile.Mismatch(d.Leaf, root.Cert); why != "" {
+		t.Fatalf("the leaf on the current root does not match the profile: %s", why)
+	}
+	if now.Before(d.Leaf.NotBefore) || now.After(d.Leaf.NotAfter) {
+		t.Fatalf("the leaf on the current root is not valid now (%s): %s to %s", now, d.Leaf.NotBefore, d.Leaf.NotAfter)
+	}
+	if d.Leaf.NotAfter.Before(root.Cert.NotAfter) && !now.Before(d.Leaf.NotAfter.Add(-testProfile.ReissueMargin())) {
+		t.Fatalf("the leaf on the current root is within its re-issue margin: it expires at %s", d.Leaf.NotAfter)
+	}
 }
 
 // expectUnknownFailSafe checks a decision made with unknown clients

@@ -96,6 +96,12 @@ type model struct {
 	bornWith map[string]bool
 	// lateWrites counts the decisions made while the gateway lagged.
 	lateWrites int
+	// profile is the server leaf profile dualca runs with (m.timings.Server
+	// points to it); the operator changes it at times.
+	profile bundle.ServerProfile
+	// leaf profile: leaves issued again, forced switches for a leaf's end,
+	// profile changes
+	reissues, leafForced, profileChanges int
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -110,6 +116,7 @@ func newModel(t *testing.T, seed uint64) *model {
 
 		signatures: bundle.NewSignatures(),
 	}
+	m.setProfile(m.randomProfile())
 	m.rotate()
 	for i := range 1 + m.rng.IntN(5) {
 		c := &modelClient{name: fmt.Sprintf("ns/client-%d", i), broken: m.rng.IntN(8) == 0}
@@ -117,6 +124,22 @@ func newModel(t *testing.T, seed uint64) *model {
 		m.clients = append(m.clients, c)
 	}
 	return m
+}
+
+// randomProfile is a server leaf profile as the flags allow it: a third
+// of its lifetime (35m to 3h) exceeds the grace and the propagation delay.
+func (m *model) randomProfile() bundle.ServerProfile {
+	p := bundle.ServerProfile{KeyAlgorithm: []bundle.KeyAlgorithm{bundle.KeyECDSAP256, bundle.KeyEd25519}[m.rng.IntN(2)],
+		Lifetime: time.Duration(35+m.rng.IntN(146)) * time.Minute}
+	if m.rng.IntN(3) > 0 {
+		p.DNSNames = []string{fmt.Sprintf("gw-%d.example.com", m.rng.IntN(3))}
+	}
+	return p
+}
+
+func (m *model) setProfile(p bundle.ServerProfile) {
+	m.profile = p
+	m.timings.Server = &m.profile
 }
 
 // rotate makes a new root, as cert-manager does with a new key every time.
@@ -311,6 +334,11 @@ func (m *model) apply(d bundle.Decision) {
 			m.promotesIgnored++
 		case bundle.ReasonRootRetired:
 			m.retired++
+		case bundle.ReasonServerLeafReissued:
+			m.reissues++
+		}
+		if e.Reason == bundle.ReasonServerSwitchForced && strings.Contains(e.Message, "the server certificate expires") {
+			m.leafForced++
 		}
 	}
 	m.annots = d.State.Annotations()
@@ -364,6 +392,7 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		m.check(bundle.CheckCA("ca.crt", r, at) == nil && !m.now.After(r.NotAfter), "invariant 5: %s in the bundle is a valid CA (now %s, valid %s to %s, server %s, root %s)", r.Subject.CommonName, m.now, r.NotBefore, r.NotAfter, server.Subject.CommonName, root.Cert.Subject.CommonName)
 	}
 	m.check(bundle.KeyMatches(m.gw.CertPEM, m.gw.KeyPEM), "invariant 5: tls.crt and tls.key match")
+	m.checkLeaf(leaf, server, root)
 	m.check(bundle.Contains(roots, root.Cert), "the current root is in the bundle")
 
 	if !prev.Exists || prev.State.Strategy != bundle.StrategyZeroDowntime || m.tampered {
@@ -415,6 +444,27 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 	// would accept it (an issuer whose clock runs ahead).
 	m.check(len(d.Renew) == 0 || !m.now.Before(root.Cert.NotBefore),
 		"invariant 7: clients renewed onto root %s before it is valid (%s < %s)", root.Cert.Subject.CommonName, m.now, root.Cert.NotBefore)
+}
+
+// checkLeaf checks the served leaf: valid while its root is (the switch
+// comes before a leaf dualca cannot renew expires), and, after a decision
+// with the key at hand (the server on the current root), matching the
+// profile, valid now and short of its re-issue margin unless it ends with
+// its root.
+func (m *model) checkLeaf(leaf, server *x509.Certificate, root *bundle.Root) {
+	if leaf.IsCA {
+		m.check(false, "a zero-downtime decision serves a CA as the server certificate")
+	}
+	if !m.now.Before(server.NotBefore) && !m.now.After(server.NotAfter) {
+		m.check(!m.now.After(leaf.NotAfter), "the served leaf expired at %s while its root %s is valid (now %s)", leaf.NotAfter, server.Subject.CommonName, m.now)
+	}
+	if bundle.Fingerprint(server) != root.Fingerprint {
+		return
+	}
+	m.check(m.profile.Mismatch(leaf, server) == "", "the leaf on the current root does not match the profile: %s", m.profile.Mismatch(leaf, server))
+	m.check(!m.now.Before(leaf.NotBefore) && !m.now.After(leaf.NotAfter), "the leaf on the current root is not valid now (%s): %s to %s", m.now, leaf.NotBefore, leaf.NotAfter)
+	m.check(!leaf.NotAfter.Before(server.NotAfter) || m.now.Before(leaf.NotAfter.Add(-m.profile.ReissueMargin())),
+		"the leaf on the current root is within its re-issue margin (expires %s, now %s)", leaf.NotAfter, m.now)
 }
 
 // checkHidden checks a zero-downtime decision made with hidden clients in
@@ -644,10 +694,16 @@ func (m *model) check(ok bool, format string, args ...any) {
 
 // step does one random thing to the world and reconciles.
 func (m *model) step() {
-	switch n := m.rng.IntN(116); {
-	case n >= 113:
+	switch n := m.rng.IntN(118); {
+	case n >= 115:
 		m.writesFail = !m.writesFail
 		m.trace = append(m.trace, fmt.Sprintf("gateway writes fail=%v", m.writesFail))
+	case n >= 113:
+		// The operator changes the server profile (a new name, another
+		// algorithm or lifetime), and dualca restarts with it.
+		m.setProfile(m.randomProfile())
+		m.profileChanges++
+		m.trace = append(m.trace, fmt.Sprintf("server profile: %v %s %s", m.profile.DNSNames, m.profile.KeyAlgorithm, m.profile.Lifetime))
 	case n >= 112:
 		// A hidden client's CR is found again, its credential unchanged
 		// (restored by hand): back in view without a renewal.
@@ -825,6 +881,14 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.revealedRenewed += m.revealedRenewed
 		total.revealedAsWas += m.revealedAsWas
 		total.lateWrites += m.lateWrites
+		total.reissues += m.reissues
+		total.leafForced += m.leafForced
+		total.profileChanges += m.profileChanges
+	}
+	t.Logf("server leaf: %d issued again from the same root, %d switches forced by a leaf's end, %d profile changes",
+		total.reissues, total.leafForced, total.profileChanges)
+	if total.reissues == 0 || total.profileChanges == 0 {
+		t.Fatalf("the random histories missed a leaf branch: reissues=%d profileChanges=%d", total.reissues, total.profileChanges)
 	}
 	t.Logf("%d histories: %d rotations, %d renewals, %d planned switches, %d forced switches, %d roots retired",
 		histories, total.rotation, total.renewals, total.switches, total.forced, total.retired)

@@ -26,6 +26,9 @@ const (
 	// StepSwitchServerExpiry: the server root enters its expiry margin; the
 	// server switches, paused or not.
 	StepSwitchServerExpiry Step = "switch-server-expiry"
+	// StepServerReissue: the server leaf enters its re-issue margin (a
+	// third of its lifetime) and is issued again from the same root.
+	StepServerReissue Step = "server-reissue"
 	// StepRetire: the propagation delay after the switch ends; roots no
 	// client uses leave the bundle.
 	StepRetire Step = "retire"
@@ -56,12 +59,18 @@ type Moment struct {
 // for a resume. Certificates are valid through NotAfter (whole seconds),
 // hence the second added to the expiry moments. Its first moment is
 // Decision.NextCheck.
-func upcoming(st State, server *x509.Certificate, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
+func upcoming(st State, server *x509.Certificate, cred *server, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
 	serverFP, rootFP := clients.Signatures.fingerprint(server), st.Root
 	moments := []Moment{{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP}}
 	if st.Server != st.Root {
 		// A server on the current root has nowhere to switch to.
-		moments = append(moments, Moment{server.NotAfter.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second), StepSwitchServerExpiry, serverFP})
+		until := server.NotAfter
+		if leaf := cred.leafUntil(); !leaf.IsZero() {
+			until = earlier(until, leaf)
+		}
+		moments = append(moments, Moment{until.Add(-(t.TrustPropagationDelay + ClockSkew) + time.Second), StepSwitchServerExpiry, serverFP})
+	} else if at := cred.reissueAt(server, t.Server); !at.IsZero() {
+		moments = append(moments, Moment{at, StepServerReissue, serverFP})
 	}
 	if st.Server != st.Root && st.Promote == st.Root {
 		moments = append(moments, Moment{st.RootAddedAt.Add(t.TrustPropagationDelay), StepSwitchPromoted, rootFP})

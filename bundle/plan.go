@@ -35,6 +35,11 @@ type Timings struct {
 	// ServerSwitchGrace is when, after the new root entered the bundle, the
 	// server switches to it whether or not the clients are ready.
 	ServerSwitchGrace time.Duration
+	// Server is the server leaf profile (profile.go). nil: not known, as
+	// when `dualca status` replays a decision from the recorded timings;
+	// a leaf found is then kept whatever its names, and one issued gets
+	// DefaultServerProfile. Never recorded: State.Timings leave it out.
+	Server *ServerProfile
 }
 
 // Decision is the gateway Secret content a strategy wants, and why.
@@ -139,8 +144,8 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 		st.BundleRoots = append(st.BundleRoots, sigs.fingerprint(c))
 	}
 	st.Phase = phaseOf(serverRoot, p.root.Cert, len(kept), st.RootAddedAt, p.t, p.now)
-	st.Timings = p.t
-	upcoming := upcoming(st, serverRoot, kept, p.clients, p.t, p.now, p.paused)
+	st.Timings = Timings{TrustPropagationDelay: p.t.TrustPropagationDelay, ServerSwitchGrace: p.t.ServerSwitchGrace}
+	upcoming := upcoming(st, serverRoot, cred, kept, p.clients, p.t, p.now, p.paused)
 	d := Decision{CertPEM: cred.certPEM(p.gw.Parsed), KeyPEM: cred.keyPEM, CAPEM: caPEM, State: st, Events: p.events,
 		NextCheck: nextCheck(upcoming), Upcoming: upcoming, Roots: kept, Leaf: cred.leaf,
 		Known: Provenance(p.gw.Known, p.root, kept, p.now)}

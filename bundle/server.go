@@ -1,14 +1,13 @@
 package bundle
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 )
 
@@ -60,32 +59,69 @@ type server struct {
 // credential returns the server credential for serverRoot: the one found if
 // it is usable, else a leaf issued now (from the current root's key, or from
 // the server root's own key when tls.crt still holds the legacy self-signed
-// form). It then carries a chain of cross-certificates from the server root
+// form). A leaf found on the current root is issued again when reissueWhy
+// says so (profile.go); one on an older root is kept, its key being out of
+// reach. It then carries a chain of cross-certificates from the server root
 // to the current root, each root certified by the next one to have been
 // current: clients that trust any root along it can verify the server.
 func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept []*x509.Certificate) *server {
 	s := found
-	if s == nil || s.selfSigned {
+	switch {
+	case s == nil || s.selfSigned:
 		keyPEM := p.root.KeyPEM // no usable credential: the server just moved to root
 		if s != nil {
 			keyPEM = s.keyPEM
 		}
-		issued, err := issueServer(serverRoot, keyPEM)
-		if err != nil {
-			// Fail closed: the root's key never goes where it was not. The
-			// legacy form found stays (its key was there already); with
-			// nothing found, no credential is written.
-			p.emit(Event{Warning: true, Reason: ReasonServerCredentialFailed,
-				Message: "could not issue a server certificate, keeping the credential found (none if none was): " + err.Error()})
-			if s == nil {
-				s = &server{root: serverRoot}
-			}
-			return s
+		s = p.issue(s, serverRoot, keyPEM, "")
+	case p.clients.Signatures.fingerprint(serverRoot) == p.root.Fingerprint:
+		if why := reissueWhy(s.leaf, serverRoot, p.t.Server, p.now); why != "" {
+			s = p.issue(s, serverRoot, p.root.KeyPEM, why)
 		}
-		s = issued
+	default:
+		p.warnExpiring(s)
 	}
 	s.crosses = p.crossChain(s.root, s.crosses, kept)
 	return s
+}
+
+// issue is a leaf of serverRoot signed with keyPEM, in place of found (nil
+// if there was none). why, when not empty, is why a leaf found is issued
+// again: that is told. A failure is told too, and keeps the credential found.
+func (p *planning) issue(found *server, serverRoot *x509.Certificate, keyPEM []byte, why string) *server {
+	profile := DefaultServerProfile()
+	if p.t.Server != nil {
+		profile = p.t.Server.withDefaults()
+	}
+	issued, err := issueServer(serverRoot, keyPEM, profile, p.now)
+	if err != nil {
+		// Fail closed: the root's key never goes where it was not. The
+		// credential found stays (its key was there already); with
+		// nothing found, no credential is written.
+		p.emit(Event{Warning: true, Reason: ReasonServerCredentialFailed,
+			Message: "could not issue a server certificate, keeping the credential found (none if none was): " + err.Error()})
+		if found == nil {
+			return &server{root: serverRoot}
+		}
+		return found
+	}
+	if why != "" {
+		issued.crosses = found.crosses
+		p.emit(Event{Reason: ReasonServerLeafReissued, Message: "server certificate issued again from root " + describe(serverRoot) + ": " + why})
+	}
+	return issued
+}
+
+// warnExpiring warns when the leaf found on an older root, whose key
+// dualca does not hold, has expired. The switch rule (switch.go) moves the
+// server to the current root, with a fresh leaf, before that: this is the
+// alarm should it ever not.
+func (p *planning) warnExpiring(s *server) {
+	if s.leaf == nil || s.selfSigned || !p.now.After(s.leaf.NotAfter) {
+		return
+	}
+	p.emit(Event{Warning: true, Reason: ReasonServerLeafExpiring,
+		Message: "the server certificate expired at " + s.leaf.NotAfter.UTC().Format(time.RFC3339) + " and its root " + describe(s.root) +
+			" is not the current one: dualca holds no key to issue it again, clients refuse the server until it switches"})
 }
 
 // readServer returns the credential found in the gateway if it is usable:
@@ -149,6 +185,16 @@ func (s *server) links() int {
 	return len(s.crosses)
 }
 
+// leafUntil is when the leaf of a credential found expires: zero if none
+// was found, or it is the legacy form (the root itself, whose expiry is
+// the server root's).
+func (s *server) leafUntil() time.Time {
+	if s == nil || s.leaf == nil || s.selfSigned {
+		return time.Time{}
+	}
+	return s.leaf.NotAfter
+}
+
 // rootOrNil is the server root of a credential found, nil if none was.
 func (s *server) rootOrNil() *x509.Certificate {
 	if s == nil {
@@ -157,30 +203,31 @@ func (s *server) rootOrNil() *x509.Certificate {
 	return s.root
 }
 
-// issueServer makes a credential for root: a fresh ECDSA P-256 key and a
-// leaf for it signed with rootKey, valid as long as the root. The leaf
-// carries the root's names (SANs), so a client that checks them sees what
-// the legacy plain copy showed, but not the root's subject: a leaf whose
-// subject equals its issuer's is taken for self-signed by some verifiers
-// (OpenSSL flags it from the names and key identifiers alone).
-func issueServer(root *x509.Certificate, rootKeyPEM []byte) (*server, error) {
+// issueServer makes a credential for root: a fresh key of the profile's
+// algorithm and a leaf for it signed with rootKey, carrying the profile's
+// names and valid for its lifetime from now, never beyond the root. Its
+// subject is the root's with " server" added, not the root's own: a leaf
+// whose subject equals its issuer's is taken for self-signed by some
+// verifiers (OpenSSL flags it from the names and key identifiers alone).
+func issueServer(root *x509.Certificate, rootKeyPEM []byte, profile ServerProfile, now time.Time) (*server, error) {
 	signer, err := parsePrivateKey("tls.key", rootKeyPEM)
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	profile = profile.withDefaults()
+	key, err := profile.KeyAlgorithm.generate()
 	if err != nil {
 		return nil, fmt.Errorf("generating the server key: %w", err)
 	}
+	notBefore, notAfter := profile.leafWindow(root, now)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      serverSubject(root.Subject),
-		DNSNames:     root.DNSNames,
-		IPAddresses:  root.IPAddresses,
-		URIs:         root.URIs,
-		NotBefore:    root.NotBefore,
-		NotAfter:     root.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+		DNSNames:     slices.Clone(profile.DNSNames),
+		IPAddresses:  slices.Clone(profile.IPAddresses),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     profile.KeyAlgorithm.keyUsage(),
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, key.Public(), signer)
@@ -218,7 +265,15 @@ func serverSubject(root pkix.Name) pkix.Name {
 // hand: Go leaves it out when subject and issuer names are equal, as they
 // are for the successive roots of one cert-manager CA, and without it
 // OpenSSL takes the cross-certificate for a self-signed one.
-func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte) (*x509.Certificate, error) {
+//
+// The cross-certificate grants no more than root does: it carries root's
+// name constraints and extended key usages, and a path length of below,
+// the number of links under it in the server chain (0 for a link that
+// certifies the server root, directly above the leaf), never more than
+// root's own. A client that trusts signer can follow it to the server,
+// and nowhere else: no CA root certified can hang further intermediates
+// under it.
+func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte, below int) (*x509.Certificate, error) {
 	key, err := parsePrivateKey("tls.key", signerKeyPEM)
 	if err != nil {
 		return nil, err
@@ -231,15 +286,47 @@ func crossSign(root, signer *x509.Certificate, signerKeyPEM []byte) (*x509.Certi
 		NotBefore:             later(root.NotBefore, signer.NotBefore),
 		NotAfter:              earlier(root.NotAfter, signer.NotAfter),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           root.ExtKeyUsage,
+		UnknownExtKeyUsage:    root.UnknownExtKeyUsage,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		MaxPathLen:            -1, // a link may certify the next link
+		MaxPathLen:            pathLenFor(root, below),
+		MaxPathLenZero:        pathLenFor(root, below) == 0,
 	}
+	copyNameConstraints(tmpl, root)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, root.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("cross-signing root %s: %w", Short(Fingerprint(root)), err)
 	}
 	return x509.ParseCertificate(der)
+}
+
+// pathLenFor is the path length of a cross-certificate of root with below
+// links under it: below, or root's own when that is smaller.
+func pathLenFor(root *x509.Certificate, below int) int {
+	if limit, ok := pathLen(root); ok && limit < below {
+		return limit
+	}
+	return below
+}
+
+// pathLen is c's path length constraint, if it has one.
+func pathLen(c *x509.Certificate) (int, bool) {
+	if !c.BasicConstraintsValid || (c.MaxPathLen <= 0 && !c.MaxPathLenZero) {
+		return 0, false
+	}
+	return max(c.MaxPathLen, 0), true
+}
+
+// copyNameConstraints gives tmpl every name constraint of root: a client
+// that trusts the signer must not accept from root's key names that root
+// itself could not certify.
+func copyNameConstraints(tmpl, root *x509.Certificate) {
+	tmpl.PermittedDNSDomainsCritical = root.PermittedDNSDomainsCritical
+	tmpl.PermittedDNSDomains, tmpl.ExcludedDNSDomains = root.PermittedDNSDomains, root.ExcludedDNSDomains
+	tmpl.PermittedIPRanges, tmpl.ExcludedIPRanges = root.PermittedIPRanges, root.ExcludedIPRanges
+	tmpl.PermittedEmailAddresses, tmpl.ExcludedEmailAddresses = root.PermittedEmailAddresses, root.ExcludedEmailAddresses
+	tmpl.PermittedURIDomains, tmpl.ExcludedURIDomains = root.PermittedURIDomains, root.ExcludedURIDomains
 }
 
 func serial() *big.Int {

@@ -14,7 +14,8 @@ import (
 // have loaded their renewed Secret, itself counted after the gateway's own
 // propagation delay. It moves anyway, with a Warning, when waiting longer
 // would do more harm than good: the grace period is over, or the server
-// root is about to expire. Without client tracking it moves when the grace
+// root or the server leaf is about to expire (dualca cannot issue a leaf
+// from an older root: it holds only the current root's key). Without client tracking it moves when the grace
 // period ends. A missing or replaced credential is replaced (repair.go), and
 // a new gateway serves the current root at once (create.go).
 //
@@ -46,7 +47,7 @@ func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.T
 // switchServer records in st the switch decideSwitch decides, if any, and
 // reports whether the server moves to the current root now.
 func (p *planning) switchServer(st *State, found *server) bool {
-	sw := p.decideSwitch(found.rootOrNil(), found.links(), *st)
+	sw := p.decideSwitch(found.rootOrNil(), found.leafUntil(), found.links(), *st)
 	if !sw.switchNow {
 		return false
 	}
@@ -63,9 +64,10 @@ func (p *planning) switchServer(st *State, found *server) bool {
 const MaxServerChainLinks = 32
 
 // decideSwitch says whether tls.crt moves from server to the current root
-// now, and with which event. links is the number of cross-certificates
-// tls.crt carries.
-func (p *planning) decideSwitch(server *x509.Certificate, links int, st State) switchDecision {
+// now, and with which event. leafUntil is when the leaf tls.crt presents
+// expires (zero for none, or the legacy form); links is the number of
+// cross-certificates tls.crt carries.
+func (p *planning) decideSwitch(server *x509.Certificate, leafUntil time.Time, links int, st State) switchDecision {
 	root, t, now := p.root, p.t, p.now
 	switch {
 	case server == nil && !p.gw.Exists:
@@ -76,6 +78,10 @@ func (p *planning) decideSwitch(server *x509.Certificate, links int, st State) s
 		return switchDecision{}
 	case now.Add(t.TrustPropagationDelay + ClockSkew).After(server.NotAfter):
 		return forced("server root " + describe(server) + " expires at " + server.NotAfter.UTC().Format(time.RFC3339) + p.despitePause())
+	case !leafUntil.IsZero() && now.Add(t.TrustPropagationDelay+ClockSkew).After(leafUntil):
+		// Its key is the older root's, which dualca does not hold: only the
+		// switch gives the gateway a fresh leaf (profile.go).
+		return forced("the server certificate expires at " + leafUntil.UTC().Format(time.RFC3339) + " and only the switch can renew it" + p.despitePause())
 	case notYetValid(root.Cert, now):
 		return switchDecision{}
 	case links >= MaxServerChainLinks:

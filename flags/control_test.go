@@ -53,7 +53,7 @@ func TestOperatorCommandsNameTheStatusConfigMap(t *testing.T) {
 // --status-configmap.
 func TestTheDerivedConfigMapIsDualcasDefault(t *testing.T) {
 	g := NewWithT(t)
-	o, err := Parse("dualca", []string{"--root-secret=cm/root", "--gateway-secret=istio-system/gw"})
+	o, err := Parse("dualca", []string{"--root-secret=cm/root", "--gateway-secret=istio-system/gw", "--server-dns-names=gw.example.com"})
 	g.Expect(err).NotTo(HaveOccurred())
 	c, err := ParseControl("dualca pause", "", []string{"--gateway-secret=istio-system/gw"})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -52,6 +53,8 @@ type Options struct {
 	// LeaderElectionNamespace is where the election Lease lives (default: the
 	// gateway Secret's namespace).
 	LeaderElectionNamespace string
+	// Server is the server leaf profile (server.go).
+	Server Server
 	// Zap holds controller-runtime's logging flags (--zap-log-level and friends).
 	Zap ctrlzap.Options
 }
@@ -67,6 +70,7 @@ func Defaults() Options {
 		RenewalBurst:           10,
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
+		Server:                 DefaultServer(),
 		Zap:                    ctrlzap.Options{Development: false},
 	}
 }
@@ -109,6 +113,7 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 		"Enable leader election, for more than one replica; a sidecar needs it too (its replicas are the gateway's).")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the gateway Secret's namespace).")
+	o.Server.addFlags(fs)
 }
 
 // Parse registers the flags on a fresh FlagSet, parses args, turns the
@@ -125,7 +130,9 @@ func Parse(name string, args []string) (Options, error) {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	malformed, err := o.parse()
-	return o, errors.Join(err, o.validate(malformed))
+	serverMalformed, serverErr := o.Server.parse()
+	maps.Copy(malformed, serverMalformed)
+	return o, errors.Join(err, serverErr, o.validate(malformed))
 }
 
 // parse turns the flags as given into typed options. Without a gateway
@@ -160,7 +167,11 @@ func (o *Options) Validate() error {
 // given but could not be parsed (that was said already).
 func (o *Options) validate(malformed map[string]bool) error {
 	o.gatewayOptional = o.GatewaySecret.Name == "" && len(o.BundleTargets) > 0
-	errs := []error{o.Objects.validate(true, malformed), o.Targets.validate(o.Objects)}
+	// A server credential is written only by the zero-downtime strategy,
+	// and only to a gateway Secret: bundle targets hold none.
+	credential := !o.Legacy && o.GatewaySecret.Name != ""
+	errs := []error{o.Objects.validate(true, malformed), o.Targets.validate(o.Objects),
+		o.Server.validate(credential, o.TrustPropagationDelay, o.ServerSwitchGrace, malformed)}
 	for _, p := range []struct {
 		flag string
 		d    time.Duration
@@ -216,6 +227,7 @@ func (o Options) Syncer() syncer.Options {
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElect:             o.LeaderElect,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Server:                  o.Server.Profile(),
 	}
 }
 
@@ -227,6 +239,7 @@ func (o Options) Args() []string {
 	given := o
 	given.Objects.syncRaw()
 	given.Targets.syncRaw()
+	given.Server.syncRaw()
 	fs := flag.NewFlagSet("args", flag.ContinueOnError)
 	given.addOwnFlags(fs)
 	defaults := Defaults()

@@ -2,6 +2,7 @@ package flags
 
 import (
 	"flag"
+	"net"
 	"testing"
 	"time"
 
@@ -9,13 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
 )
 
 // Not parallel: controller-runtime binds --kubeconfig to a package-level
 // variable, so concurrent Parse calls would race on it.
 func TestParse(t *testing.T) {
-	base := []string{"--root-secret=istio-system/root-ca", "--gateway-secret=istio-system/gateway-credential"}
+	base := []string{"--root-secret=istio-system/root-ca", "--gateway-secret=istio-system/gateway-credential", "--server-dns-names=gw.example.com"}
 	tests := map[string]struct {
 		args    []string
 		wantErr string
@@ -34,8 +36,39 @@ func TestParse(t *testing.T) {
 				g.Expect(o.ClientNamespaces).To(Equal([]string{"istio-system"}), "clients are looked for beside the gateway")
 				g.Expect(o.RenewalQPS).To(BeNumerically("==", 5))
 				g.Expect(o.RenewalBurst).To(Equal(10))
+				g.Expect(o.Server.DNSNames).To(Equal([]string{"gw.example.com"}))
+				g.Expect(o.Server.KeyAlgorithm).To(Equal(bundle.KeyECDSAP256))
+				g.Expect(o.Server.Lifetime).To(Equal(2160 * time.Hour))
 			},
 		},
+		"a server profile is taken, names once": {
+			args: append(base[:2:2], "--server-dns-names=gw.example.com, *.gw.example.com,gw.example.com", "--server-ip-addresses=10.0.0.1,::1,10.0.0.1",
+				"--server-key-algorithm=ed25519", "--server-lifetime=720h"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.Server.DNSNames).To(Equal([]string{"gw.example.com", "*.gw.example.com"}))
+				g.Expect(ipStrings(o.Server.IPAddresses)).To(Equal([]string{"10.0.0.1", "::1"}))
+				g.Expect(o.Syncer().Server).To(Equal(bundle.ServerProfile{DNSNames: o.Server.DNSNames, IPAddresses: o.Server.IPAddresses,
+					KeyAlgorithm: bundle.KeyEd25519, Lifetime: 720 * time.Hour}))
+			},
+		},
+		"a leaf without names when asked for": {
+			args: append(base[:2:2], "--server-without-names"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.Server.WithoutNames).To(BeTrue())
+				g.Expect(o.Syncer().Server.DNSNames).To(BeEmpty())
+			},
+		},
+		"the legacy strategy needs no server names":                {args: append(base[:2:2], "--cert-management-legacy")},
+		"no server names is refused in the zero-downtime strategy": {args: base[:2:2], wantErr: "--server-dns-names or --server-ip-addresses is required"},
+		"names and without-names contradict":                       {args: append(base, "--server-without-names"), wantErr: "contradicts"},
+		"an invalid server DNS name is named":                      {args: append(base[:2:2], "--server-dns-names=ok.example.com,Not_OK"), wantErr: `--server-dns-names: "Not_OK" is not a DNS name`},
+		"a wildcard in the middle is refused":                      {args: append(base[:2:2], "--server-dns-names=a.*.example.com"), wantErr: "is not a DNS name"},
+		"an invalid server IP address is named":                    {args: append(base[:2:2], "--server-ip-addresses=10.0.0.300"), wantErr: `"10.0.0.300" is not an IP address`},
+		"an unknown key algorithm is named":                        {args: append(base, "--server-key-algorithm=dsa"), wantErr: `--server-key-algorithm="dsa": want one of ecdsa-p256, rsa-2048, rsa-3072, ed25519`},
+		"a lifetime beyond a year is refused":                      {args: append(base, "--server-lifetime=9000h"), wantErr: "--server-lifetime must be between"},
+		"a lifetime whose third is within the grace is refused": {args: append(base, "--server-lifetime=504h"),
+			wantErr: "a third of it (168h0m0s, when the certificate is issued again) must exceed --server-switch-grace plus --trust-propagation-delay (168h2m0s)"},
+		"a short lifetime goes with a short grace": {args: append(base, "--server-lifetime=2h", "--server-switch-grace=30m", "--trust-propagation-delay=1m")},
 		"a client selector and namespaces are taken, duplicates once": {
 			args: append(base, "--client-selector=dualca.io/client in (agent,edge)", "--client-namespaces=agents, edge,agents", "--renewal-qps=0.5", "--renewal-burst=1"),
 			check: func(g *WithT, o Options) {
@@ -53,7 +86,7 @@ func TestParse(t *testing.T) {
 			},
 		},
 		"root and gateway may live in different namespaces": {
-			args: []string{"--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw"},
+			args: []string{"--root-secret=cert-manager/root", "--gateway-secret=istio-system/gw", "--server-without-names"},
 			check: func(g *WithT, o Options) {
 				g.Expect(o.RootSecret.Namespace).NotTo(Equal(o.GatewaySecret.Namespace))
 			},
@@ -192,6 +225,8 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	o.GatewayForm, o.BundleKey, o.BundleSecretType = syncer.FormSplit, "trust.pem", "nginx.org/ca"
 	o.BundleTargets = []syncer.BundleTarget{{Kind: syncer.KindConfigMap, Key: types.NamespacedName{Namespace: "edge", Name: "trust"}},
 		{Kind: syncer.KindSecret, Key: types.NamespacedName{Namespace: "nginx", Name: "client-ca"}}}
+	o.Server = Server{DNSNames: []string{"gw.example.com", "*.gw.example.com"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("fd00::1")},
+		KeyAlgorithm: bundle.KeyRSA3072, Lifetime: 48 * time.Hour, WithoutNames: true} // legacy: no contradiction
 
 	args := o.Args()
 	fs := flag.NewFlagSet("own", flag.ContinueOnError)
@@ -203,6 +238,13 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(back.Syncer()).To(Equal(o.Syncer()))
 	g.Expect(back.Legacy).To(BeTrue())
+	g.Expect(back.Server.Profile()).To(Equal(o.Server.Profile()))
+	g.Expect(back.Server.WithoutNames).To(BeTrue())
+	withoutNames := Defaults()
+	withoutNames.RootSecret, withoutNames.GatewaySecret, withoutNames.Server.WithoutNames = o.RootSecret, o.GatewaySecret, true
+	back, err = Parse("dualca", withoutNames.Args())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(back.Server.WithoutNames).To(BeTrue())
 
 	defaults := Defaults()
 	defaults.RootSecret, defaults.GatewaySecret = o.RootSecret, o.GatewaySecret
@@ -217,7 +259,7 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 		},
 	} {
 		alone := defaults
-		alone.ClientNamespaces = []string{"agents"}
+		alone.ClientNamespaces, alone.Server.DNSNames = []string{"agents"}, []string{"gw.example.com"}
 		one(&alone)
 		args := alone.Args()
 		g.Expect(args).To(ContainElement("--client-namespaces=agents"))
@@ -235,6 +277,7 @@ func TestValidateChangesNothing(t *testing.T) {
 	o := Defaults()
 	o.RootSecret = types.NamespacedName{Namespace: "ns", Name: "root"}
 	o.GatewaySecret = types.NamespacedName{Namespace: "ns", Name: "gw"}
+	o.Server.IPAddresses = []net.IP{net.ParseIP("10.0.0.1")}
 	before := o
 	g.Expect(o.Validate()).To(Succeed())
 	g.Expect(o).To(Equal(before))

@@ -102,7 +102,9 @@ func describeStep(m bundle.Moment, st bundle.State) string {
 	case bundle.StepSwitchPromoted:
 		return "server switch promoted by the operator, once the gateway trusts the root"
 	case bundle.StepSwitchServerExpiry:
-		return "server switch forced, paused or not: the server root enters its expiry margin"
+		return "server switch forced, paused or not: the server root or its leaf enters its expiry margin"
+	case bundle.StepServerReissue:
+		return "server certificate issued again from the same root: a third of its lifetime remains"
 	case bundle.StepRetire:
 		return "roots no selected client uses leave the bundle"
 	case bundle.StepRootValid:

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/dualca/dualca/bundle"
 )
 
 // Options are what the syncer runs with. The command line gives most of
@@ -63,6 +65,10 @@ type Options struct {
 	// LeaderElectionNamespace (default: the gateway Secret's namespace).
 	LeaderElect             bool
 	LeaderElectionNamespace string
+	// Server is the server leaf profile of the zero-downtime strategy; its
+	// zero value is a leaf with no names and the default algorithm and
+	// lifetime (flags.Options refuses that unless told).
+	Server bundle.ServerProfile
 
 	// Metrics receives what the syncer measures; the caller registers it
 	// where it is served (see NewMetrics). Required.

@@ -48,8 +48,9 @@ func newStrategy(o Options, api, certs client.Reader, writer client.Client) Stra
 	if o.Legacy {
 		return legacy.Strategy{Reader: api, Writer: writer}
 	}
+	server := o.Server
 	return &zeroDowntime{
-		timings: bundle.Timings{TrustPropagationDelay: o.TrustPropagationDelay, ServerSwitchGrace: o.ServerSwitchGrace},
+		timings: bundle.Timings{TrustPropagationDelay: o.TrustPropagationDelay, ServerSwitchGrace: o.ServerSwitchGrace, Server: &server},
 		api:     api, cache: certs, writer: writer, clock: o.Clock,
 	}
 }

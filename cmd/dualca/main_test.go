@@ -58,7 +58,10 @@ func TestABadFlagFailsBeforeAnyAPICall(t *testing.T) {
 			"--trust-propagation-delay=10m", "--server-switch-grace=5m"}, "--server-switch-grace (5m0s) must be longer than --trust-propagation-delay (10m0s)"},
 		"a duration that is not one": {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "--poll-interval=often"}, `invalid value "often" for flag -poll-interval`},
 		"an unknown flag":            {[]string{"--root=ns/a"}, "flag provided but not defined: -root"},
-		"a stray argument":           {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "extra"}, `unexpected argument "extra"`},
+		"no server names":            {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw"}, "--server-dns-names or --server-ip-addresses is required"},
+		"a server lifetime too short for the grace": {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "--server-without-names", "--server-lifetime=24h",
+			"--server-switch-grace=8h"}, "--server-lifetime 24h0m0s is too short"},
+		"a stray argument": {[]string{"--root-secret=ns/a", "--gateway-secret=ns/gw", "extra"}, `unexpected argument "extra"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -79,7 +82,7 @@ func TestGoodFlagsReachTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--kubeconfig=" + kubeconfig, "--root-secret=ns/root", "--gateway-secret=ns/gw",
+		done <- run(ctx, []string{"--kubeconfig=" + kubeconfig, "--root-secret=ns/root", "--gateway-secret=ns/gw", "--server-dns-names=gw.example.com",
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"})
 	}()
 	g.Eventually(requests.Load, 10*time.Second).Should(BeNumerically(">", 0))

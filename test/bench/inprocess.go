@@ -14,7 +14,7 @@ import (
 // cannot show: the poll alone, its watches disabled (a test knob). stop
 // ends it and waits.
 func (b *bench) startInProcess(ctx context.Context, args ...string) (stop func(), err error) {
-	opts, err := flags.Parse("dualca", append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...))
+	opts, err := flags.Parse("dualca", append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", serverNames}, args...))
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,10 @@ func startProcess(name, path string, args ...string) (*process, error) {
 	return p, nil
 }
 
+// serverNames is the server certificate's name: the gateways are dialled
+// at 127.0.0.1.
+const serverNames = "--server-ip-addresses=127.0.0.1"
+
 // startDualca runs the dualca binary against the cluster through
 // kubeconfig, with its default logging (info, JSON), args added, and a
 // metrics endpoint and readiness probe of its own.
@@ -61,7 +65,7 @@ func (b *bench) startDualca(kubeconfig string, args ...string) (*process, error)
 		return nil, err
 	}
 	all := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
-		"--health-probe-bind-address=" + probes}, args...)
+		"--health-probe-bind-address=" + probes, serverNames}, args...)
 	p, err := startProcess(systemDualca, b.dualca, all...)
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ const (
 	KeyRSA = "rsa"
 	// KeyEd25519 is an Ed25519 key.
 	KeyEd25519 = "ed25519"
+	// KeyRSA3072 is a 3072-bit RSA key, the size cert-manager's RSA
+	// Certificates commonly ask for beyond the default.
+	KeyRSA3072 = "rsa-3072"
 )
 
 // Key encodings accepted by Options.KeyEncoding.
@@ -93,6 +96,9 @@ type Options struct {
 	NoBasicConstraints bool
 	// DNSNames are subject alternative names for a leaf.
 	DNSNames []string
+	// Edit, when set, changes the template last, before it is signed: name
+	// constraints, a path length, what no other option says.
+	Edit func(tmpl *x509.Certificate)
 }
 
 // NewCA makes a self-signed ECDSA P-256 CA named cn, valid from notBefore to
@@ -169,6 +175,9 @@ func New(cn string, notBefore, notAfter time.Time, opts Options, parent *CA) (*C
 	if opts.NoKeyUsage {
 		tmpl.KeyUsage = 0
 	}
+	if opts.Edit != nil {
+		opts.Edit(tmpl)
+	}
 
 	issuer, signer := tmpl, key
 	if parent != nil {
@@ -234,11 +243,13 @@ func generateKey(keyType string) (crypto.Signer, error) {
 		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	case KeyRSA:
 		return rsa.GenerateKey(rand.Reader, rsaBits)
+	case KeyRSA3072:
+		return rsa.GenerateKey(rand.Reader, 3072)
 	case KeyEd25519:
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
 	default:
-		return nil, fmt.Errorf("unknown key type %q (want %q, %q or %q)", keyType, KeyECDSA, KeyRSA, KeyEd25519)
+		return nil, fmt.Errorf("unknown key type %q (want %q, %q, %q or %q)", keyType, KeyECDSA, KeyRSA, KeyRSA3072, KeyEd25519)
 	}
 }
 

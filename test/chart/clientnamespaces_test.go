@@ -16,6 +16,7 @@ import (
 const clientsApart = `
 rootSecret: {namespace: istio-system, name: agents-root-ca}
 gatewaySecret: {namespace: istio-system, name: agents-gateway-credential}
+server: {dnsNames: [gateway.agents.example.com]}
 clients: {selector: "dualca.io/client in (agent,edge)", namespaces: [agents, edge]}
 `
 
@@ -24,6 +25,7 @@ clients: {selector: "dualca.io/client in (agent,edge)", namespaces: [agents, edg
 const oneNamespace = `
 rootSecret: {namespace: istio-system, name: agents-root-ca}
 gatewaySecret: {namespace: istio-system, name: agents-gateway-credential}
+server: {dnsNames: [gateway.agents.example.com]}
 clients: {selector: dualca.io/client=agent}
 `
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -30,6 +31,7 @@ const (
 	minimal = `
 rootSecret: {namespace: cert-manager, name: agents-root-ca}
 gatewaySecret: {namespace: istio-system, name: agents-gateway-credential}
+server: {dnsNames: [gateway.agents.example.com]}
 `
 	clientsLegacy = `
 rootSecret: {namespace: istio-system, name: agents-root-ca}
@@ -126,6 +128,9 @@ var minimalArgs = []string{
 	"--poll-interval=5m",
 	"--trust-propagation-delay=2m",
 	"--server-switch-grace=168h",
+	"--server-dns-names=gateway.agents.example.com",
+	"--server-key-algorithm=ecdsa-p256",
+	"--server-lifetime=2160h",
 	"--renewal-qps=5",
 	"--renewal-burst=10",
 	"--metrics-bind-address=:8080",
@@ -299,6 +304,7 @@ image: {repository: registry.example/dualca, tag: v9.9.9, pullPolicy: Always}
 stateSecret: {name: record}
 statusConfigMap: {name: status}
 rotation: {pollInterval: 1m30s, trustPropagationDelay: "0", serverSwitchGrace: 72h}
+server: {dnsNames: [gw.example.com, "*.gw.example.com"], ipAddresses: [10.0.0.1, "fd00::1"], keyAlgorithm: rsa-3072, lifetime: 720h, withoutNames: true}
 renewal: {qps: 0.5, burst: 1000000}
 leaderElection: {enabled: true, namespace: dualca-election}
 metrics: {port: 9090}
@@ -322,6 +328,11 @@ extraArgs: [--zap-devel]
 					"--poll-interval=1m30s",
 					"--trust-propagation-delay=0",
 					"--server-switch-grace=72h",
+					"--server-dns-names=gw.example.com,*.gw.example.com",
+					"--server-ip-addresses=10.0.0.1,fd00::1",
+					"--server-key-algorithm=rsa-3072",
+					"--server-lifetime=720h",
+					"--server-without-names",
 					"--client-selector=dualca.io/client in (agent,edge)",
 					"--client-namespaces=agents,edge",
 					"--renewal-qps=0.5",
@@ -341,6 +352,8 @@ extraArgs: [--zap-devel]
 				g.Expect(o.StateSecret).To(Equal(types.NamespacedName{Namespace: releaseNamespace, Name: "record"}))
 				g.Expect(o.StatusConfigMap).To(Equal(types.NamespacedName{Namespace: releaseNamespace, Name: "status"}))
 				g.Expect(o.MetricsBindAddress).To(Equal(":9090"))
+				g.Expect(o.Server.DNSNames).To(Equal([]string{"gw.example.com", "*.gw.example.com"}))
+				g.Expect(o.Server.Lifetime).To(Equal(720 * time.Hour))
 			},
 		},
 		"ports 0 turn off the endpoints, their probes and the Service": {
@@ -506,6 +519,12 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		"a status ConfigMap name with a slash": {values: minimal + "statusConfigMap: {name: a/b}\n", wantErr: "/statusConfigMap/name"},
 		"a state Secret in another namespace":  {values: minimal + "stateSecret: {namespace: other, name: state}\n", wantErr: "'namespace' not allowed"},
 		"admission policy on as a string":      {values: minimal + "admissionPolicy: {enabled: \"no\"}\n", wantErr: "/admissionPolicy/enabled"},
+		"zero-downtime without server names": {values: "rootSecret: {namespace: a, name: r}\ngatewaySecret: {namespace: a, name: g}\n",
+			wantErr: "server.dnsNames or server.ipAddresses is required: they are the names clients check the gateway's certificate against (set server.withoutNames=true for a certificate with none)"},
+		"an upper-case server DNS name":   {values: minimal + "server: {dnsNames: [Gateway.example.com]}\n", wantErr: "/server/dnsNames/0"},
+		"an unknown server key algorithm": {values: minimal + "server: {keyAlgorithm: dsa}\n", wantErr: "/server/keyAlgorithm"},
+		"a server lifetime in days":       {values: minimal + "server: {lifetime: 90d}\n", wantErr: "/server/lifetime"},
+		"server names as a string":        {values: minimal + "server: {dnsNames: gw.example.com}\n", wantErr: "/server/dnsNames"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -533,6 +552,7 @@ dualca:
   leaderElection: {enabled: true}
   rootSecret: {namespace: istio-system, name: agents-root-ca}
   gatewaySecret: {namespace: istio-system, name: agents-gateway-credential}
+  server: {ipAddresses: [10.0.0.10]}
   metrics: {port: 15091}
 `,
 		"templates/deployment.yaml": `apiVersion: apps/v1
@@ -674,7 +694,7 @@ func TestTheLeaseNameIsDualcas(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			m, err := render(t, "", fmt.Sprintf("rootSecret: {namespace: cert-manager, name: root}\ngatewaySecret: {namespace: %s, name: %q}\nleaderElection: {enabled: true}\n"+
+			m, err := render(t, "", fmt.Sprintf("rootSecret: {namespace: cert-manager, name: root}\ngatewaySecret: {namespace: %s, name: %q}\nleaderElection: {enabled: true}\nserver: {withoutNames: true}\n"+
 				"stateSecret: {name: state}\nstatusConfigMap: {name: status}\n",
 				gateway.Namespace, gateway.Name))
 			g.Expect(err).NotTo(HaveOccurred())

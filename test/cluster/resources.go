@@ -36,6 +36,18 @@ func ecdsaP256() *cmapi.CertificatePrivateKey {
 	}
 }
 
+// RSAKey is an RSA key of size bits, a new one at every issuance, for a
+// root made by CreateRootCAWith.
+func RSAKey(size int) *cmapi.CertificatePrivateKey {
+	return &cmapi.CertificatePrivateKey{Algorithm: cmapi.RSAKeyAlgorithm, Size: size, Encoding: cmapi.PKCS1, RotationPolicy: cmapi.RotationPolicyAlways}
+}
+
+// Ed25519Key is an Ed25519 key (PKCS#8, its only form), a new one at every
+// issuance, for a root made by CreateRootCAWith.
+func Ed25519Key() *cmapi.CertificatePrivateKey {
+	return &cmapi.CertificatePrivateKey{Algorithm: cmapi.Ed25519KeyAlgorithm, Encoding: cmapi.PKCS8, RotationPolicy: cmapi.RotationPolicyAlways}
+}
+
 // CreateNamespace creates a namespace.
 func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 	return c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
@@ -46,6 +58,12 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
 // Secret is <name>. It waits until the Certificate is Ready and returns the
 // root.
 func (c *Cluster) CreateRootCA(ctx context.Context, ns, name string) (*x509.Certificate, error) {
+	return c.CreateRootCAWith(ctx, ns, name, ecdsaP256())
+}
+
+// CreateRootCAWith is CreateRootCA with the root's key of key
+// (spec.privateKey), which every rotation keeps.
+func (c *Cluster) CreateRootCAWith(ctx context.Context, ns, name string, key *cmapi.CertificatePrivateKey) (*x509.Certificate, error) {
 	selfSigned := name + "-selfsigned"
 	issuer := &cmapi.Issuer{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: selfSigned},
@@ -62,7 +80,7 @@ func (c *Cluster) CreateRootCA(ctx context.Context, ns, name string) (*x509.Cert
 			IsCA:       true,
 			Duration:   &metav1.Duration{Duration: c.opts.RootDuration},
 			Usages:     []cmapi.KeyUsage{cmapi.UsageCertSign, cmapi.UsageCRLSign, cmapi.UsageDigitalSignature},
-			PrivateKey: ecdsaP256(),
+			PrivateKey: key,
 			IssuerRef:  issuerRef(selfSigned),
 		},
 	}

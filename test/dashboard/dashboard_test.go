@@ -86,7 +86,7 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	})
 	start := time.Now()
 	run.StartProcess(t, c.Kubeconfig,
-		"--root-secret="+ns+"/"+rootName, "--gateway-secret="+ns+"/"+gatewayName,
+		"--root-secret="+ns+"/"+rootName, "--gateway-secret="+ns+"/"+gatewayName, "--server-ip-addresses=127.0.0.1",
 		"--client-selector="+clientLabel+"=agent", "--client-namespaces="+ns,
 		"--metrics-bind-address="+metricsAddr, "--poll-interval=3s",
 		"--trust-propagation-delay=3s", "--server-switch-grace=10m", "--renewal-qps=20", "--renewal-burst=5")

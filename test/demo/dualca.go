@@ -33,6 +33,7 @@ func dualcaArgs(kubeconfig string, legacy bool) ([]string, error) {
 		"--kubeconfig=" + kubeconfig,
 		"--root-secret=" + namespace + "/" + rootName,
 		"--gateway-secret=" + namespace + "/" + gatewayName,
+		"--server-ip-addresses=127.0.0.1", // the gateway is dialled there
 		"--client-selector=" + clientLabel + "=" + clientLabelValue,
 		"--client-namespaces=" + namespace,
 		"--trust-propagation-delay=" + trustPropagationDelay.String(),

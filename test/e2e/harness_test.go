@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -100,6 +101,13 @@ func newScenario(t *testing.T, n int) *scenario {
 // watching from before dualca starts.
 func newScenarioOn(t *testing.T, c *cluster.Cluster, n int) *scenario {
 	t.Helper()
+	return newScenarioKeyed(t, c, n, nil)
+}
+
+// newScenarioKeyed is newScenarioOn with the root's key of rootKey (nil:
+// cert-manager's ECDSA P-256 of CreateRootCA).
+func newScenarioKeyed(t *testing.T, c *cluster.Cluster, n int, rootKey *cmapi.CertificatePrivateKey) *scenario {
+	t.Helper()
 	g := NewWithT(t)
 	// Generous by default: CI machines are slower and busier than this one.
 	g.SetDefaultEventuallyTimeout(30 * time.Second)
@@ -113,7 +121,12 @@ func newScenarioOn(t *testing.T, c *cluster.Cluster, n int) *scenario {
 	// Unique, so that -count=N runs each scenario in a fresh namespace.
 	s.ns = fmt.Sprintf("%s-%d", strings.Trim(s.ns, "-"), scenarios.Add(1))
 	g.Expect(c.CreateNamespace(ctx, s.ns)).To(Succeed())
-	_, err := c.CreateRootCA(ctx, s.ns, rootName)
+	var err error
+	if rootKey == nil {
+		_, err = c.CreateRootCA(ctx, s.ns, rootName)
+	} else {
+		_, err = c.CreateRootCAWith(ctx, s.ns, rootName, rootKey)
+	}
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
 	s.clients, err = c.CreateClients(ctx, s.ns, issuerName, "agent", n, map[string]string{clientLabel: "agent"})
@@ -145,6 +158,7 @@ func (s *scenario) options(legacy bool) flags.Options {
 	o.ClientNamespaces = []string{s.ns}
 	o.RenewalQPS, o.RenewalBurst = 20, 5
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "0", "0"
+	o.Server.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)} // the gateway is dialled there
 	return o
 }
 

@@ -258,6 +258,7 @@ func (s *scenario) installChartRBACFor(legacy bool, clientNamespaces []string, e
 	values := fmt.Sprintf(`
 rootSecret: {namespace: %[1]s, name: %[2]s}
 gatewaySecret: {namespace: %[1]s, name: %[3]s}
+server: {ipAddresses: [127.0.0.1]}
 clients: {selector: %[4]s=agent%[6]s}
 certManagement: {legacy: %[5]t}
 `, s.ns, rootName, gatewayName, clientLabel, legacy, namespaces) + strings.Join(extra, "\n")

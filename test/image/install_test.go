@@ -98,6 +98,7 @@ func TestTheChartInstallsFromTheRegistryAndTheImageRuns(t *testing.T) {
 	out := cl.helm(t, "install", releaseName, chartRef, "--version", version, "--plain-http", "--namespace", releaseNamespace,
 		"--set", "rootSecret.namespace="+rootKey.Namespace, "--set", "rootSecret.name="+rootKey.Name,
 		"--set", "gatewaySecret.namespace="+gatewayKey.Namespace, "--set", "gatewaySecret.name="+gatewayKey.Name,
+		"--set", "server.ipAddresses={127.0.0.1}",
 		"--set", "image.repository="+image, "--set", "image.digest="+b.digest)
 	t.Logf("helm install %s --version %s:\n%s", chartRef, version, out)
 

@@ -70,6 +70,7 @@ func (s *setup) options() flags.Options {
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "0", "0"
 	o.TrustPropagationDelay = time.Second
 	o.ServerSwitchGrace = time.Hour
+	o.Server.DNSNames = []string{"gateway.example.com"}
 	s.g.Expect(o.Validate()).To(Succeed())
 	return o
 }

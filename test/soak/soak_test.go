@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -228,6 +229,7 @@ func (s *soak) dualcaArgs() []string {
 	o.RenewalQPS, o.RenewalBurst = 10, 5
 	o.LeaderElect = true
 	o.MetricsBindAddress = ""
+	o.Server.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)} // the gateway is dialled there
 	return append(o.Args(), "--zap-log-level=info")
 }
 

@@ -58,6 +58,9 @@ with the message dualca itself would give at start-up.
 {{- if and (not $v.deployment.enabled) (not $v.leaderElection.enabled) -}}
 {{- fail "deployment.enabled=false (dualca as a sidecar) needs leaderElection.enabled: this chart cannot know how many replicas the including workload runs, and two dualcas without election would race on the gateway Secret" -}}
 {{- end -}}
+{{- if and (not $v.certManagement.legacy) (not $v.server.dnsNames) (not $v.server.ipAddresses) (not $v.server.withoutNames) -}}
+{{- fail "server.dnsNames or server.ipAddresses is required: they are the names clients check the gateway's certificate against (set server.withoutNames=true for a certificate with none)" -}}
+{{- end -}}
 {{- if gt (len (include "dualca.stateSecretName" .)) 253 -}}
 {{- fail "the state Secret's name is longer than 253 characters: set stateSecret.name" -}}
 {{- end -}}
@@ -164,6 +167,17 @@ test/chart checks the two agree.
 - --poll-interval={{ $v.rotation.pollInterval }}
 - --trust-propagation-delay={{ $v.rotation.trustPropagationDelay }}
 - --server-switch-grace={{ $v.rotation.serverSwitchGrace }}
+{{- with $v.server.dnsNames }}
+- {{ printf "--server-dns-names=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $v.server.ipAddresses }}
+- --server-ip-addresses={{ join "," . }}
+{{- end }}
+- --server-key-algorithm={{ $v.server.keyAlgorithm }}
+- --server-lifetime={{ $v.server.lifetime }}
+{{- if $v.server.withoutNames }}
+- --server-without-names
+{{- end }}
 {{- with $v.clients.selector }}
 - {{ printf "--client-selector=%s" . | quote }}
 {{- end }}
