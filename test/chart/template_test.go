@@ -143,7 +143,8 @@ var minimalArgs = []string{
 func TestLint(t *testing.T) {
 	t.Parallel()
 	chart := chartDir(t)
-	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring} {
+	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring,
+		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxSecret} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			out, err := controlplane.Helm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))

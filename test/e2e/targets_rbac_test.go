@@ -68,8 +68,10 @@ func TestChartRBACIsEnoughForTheSplitForm(t *testing.T) {
 	c := s.clientAs(sa)
 	s.expectRefused(c)
 	s.awaitAdmissionPolicy(c)
-	s.g.Expect(c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cacert.Name}}, client.DryRunAll)).To(Succeed(),
-		"the -cacert Secret may be created")
+	err := c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "any-name"}}, client.DryRunAll)
+	s.g.Expect(err).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy")), "a Secret of another name is refused by the policy")
+	s.g.Expect(c.Create(s.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cacert.Name}}, client.DryRunAll)).To(
+		Or(Succeed(), WithTransform(apierrors.IsAlreadyExists, BeTrue())), "the -cacert Secret may be created (the policy lets it through to storage)")
 }
 
 // TestChartRBACIsEnoughForABundleOnlyConfigMap: no gateway Secret; the
