@@ -64,7 +64,7 @@ func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 		"a sidecar's RBAC":             minimal + "\ndeployment: {enabled: false}\nleaderElection: {enabled: true}\n",
 		"the split form":               splitForm,
 		"a bundle-only ConfigMap":      bundleOnlyConfigMap,
-		"a bundle-only nginx.org/ca":   bundleOnlyNginxSecret,
+		"a bundle-only nginx.org/ca":   bundleOnlyNginxCA,
 		"combined and a ConfigMap":     combinedAndAConfigMap,
 	} {
 		m, err := render(t, "", values)

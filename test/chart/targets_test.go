@@ -37,7 +37,7 @@ clients: {selector: dualca.io/client=agent}
 leaderElection: {enabled: true}
 `
 	// F5 NGINX Ingress: a Secret of type nginx.org/ca holding ca.crt.
-	bundleOnlyNginxSecret = `
+	bundleOnlyNginxCA = `
 rootSecret: {namespace: cert-manager, name: agents-root-ca}
 bundleTargets: [{kind: secret, namespace: nginx-ingress, name: agents-client-ca}]
 bundleSecretType: nginx.org/ca
@@ -138,7 +138,7 @@ var targetShapes = map[string]targetShape{
 		configMaps: []string{"dualca/agents-client-ca-dualca-status", "envoy-gateway-system/agents-client-ca"},
 	},
 	"bundle-only, a Secret of type nginx.org/ca (F5 NGINX Ingress)": {
-		values: bundleOnlyNginxSecret,
+		values: bundleOnlyNginxCA,
 		targetArgs: []string{"--bundle-targets=secret:nginx-ingress/agents-client-ca", "--bundle-key=ca.crt",
 			"--bundle-secret-type=nginx.org/ca"},
 		anchor: nginxCA,
@@ -360,24 +360,24 @@ func TestTheChartRefusesWhatDualcaRefuses(t *testing.T) {
 			args:    []string{"--root-secret=istio-system/gw-cacert", "--gateway-secret=istio-system/gw", "--gateway-form=split"}, dualcaErr: "which is --root-secret",
 		},
 		"a kubernetes.io/tls bundle Secret": {
-			values:  bundleOnlyNginxSecret + "bundleSecretType: kubernetes.io/tls\n",
+			values:  bundleOnlyNginxCA + "bundleSecretType: kubernetes.io/tls\n",
 			wantErr: `bundleSecretType="kubernetes.io/tls": the API server requires keys of that type that a bundle target does not hold`,
 			args: []string{"--root-secret=cert-manager/agents-root-ca", "--bundle-targets=secret:nginx-ingress/agents-client-ca",
 				"--bundle-secret-type=kubernetes.io/tls"},
 			dualcaErr: `--bundle-secret-type="kubernetes.io/tls"`,
 		},
 		"a bundle Secret type that is no qualified name": {
-			values: bundleOnlyNginxSecret + "bundleSecretType: nginx.org/ca/v2\n", wantErr: "/bundleSecretType",
+			values: bundleOnlyNginxCA + "bundleSecretType: nginx.org/ca/v2\n", wantErr: "/bundleSecretType",
 			args: []string{"--root-secret=cert-manager/agents-root-ca", "--bundle-targets=secret:nginx-ingress/agents-client-ca",
 				"--bundle-secret-type=nginx.org/ca/v2"},
 			dualcaErr: "--bundle-secret-type",
 		},
 		"a bundle key with a slash": {
-			values: bundleOnlyNginxSecret + "bundleKey: ca/crt\n", wantErr: "/bundleKey",
+			values: bundleOnlyNginxCA + "bundleKey: ca/crt\n", wantErr: "/bundleKey",
 			args: []string{"--root-secret=cert-manager/agents-root-ca", "--bundle-targets=secret:nginx-ingress/agents-client-ca", "--bundle-key=ca/crt"}, dualcaErr: "--bundle-key",
 		},
 		"a bundle key of two dots": {
-			values: bundleOnlyNginxSecret + "bundleKey: ..\n", wantErr: "/bundleKey",
+			values: bundleOnlyNginxCA + "bundleKey: ..\n", wantErr: "/bundleKey",
 			args: []string{"--root-secret=cert-manager/agents-root-ca", "--bundle-targets=secret:nginx-ingress/agents-client-ca", "--bundle-key=.."}, dualcaErr: "--bundle-key",
 		},
 	}

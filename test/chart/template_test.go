@@ -144,7 +144,7 @@ func TestLint(t *testing.T) {
 	t.Parallel()
 	chart := chartDir(t)
 	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring,
-		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxSecret} {
+		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxCA} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			out, err := controlplane.Helm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
