@@ -75,7 +75,7 @@ func TestNoSecretIsReadInAClientNamespace(t *testing.T) {
 				root:             {"agents-root-ca"},
 				releaseNamespace: {"agents-gateway-credential-dualca-state"},
 			}
-			named["istio-system"] = append(named["istio-system"], "agents-gateway-credential")
+			named["istio-system"] = append(named["istio-system"], "agents-gateway-credential", "agents-gateway-credential-cacert")
 			for _, ns := range tc.namespaces {
 				g.Expect(roles).To(HaveKey(ns), "a Role in client namespace %s", ns)
 				for _, r := range roles[ns] {
@@ -84,7 +84,7 @@ func TestNoSecretIsReadInAClientNamespace(t *testing.T) {
 					}
 					g.Expect(r.ResourceNames).NotTo(BeEmpty(), "client namespace %s: no Secret read without a name: %+v", ns, r)
 					for _, n := range r.ResourceNames {
-						g.Expect(named[ns]).To(ContainElement(n), "client namespace %s: Secret %s is not dualca's root, gateway or state Secret", ns, n)
+						g.Expect(named[ns]).To(ContainElement(n), "client namespace %s: Secret %s is not dualca's root, gateway (or its -cacert) or state Secret", ns, n)
 					}
 				}
 				g.Expect(roles[ns]).To(ContainElement(rule("cert-manager.io", "certificaterequests", "list", "watch")),

@@ -62,6 +62,10 @@ func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 		"leader election of its own":   leaderElection + "\nleaderElection: {enabled: true, namespace: dualca-election}\n",
 		"service monitor and rules on": monitoring,
 		"a sidecar's RBAC":             minimal + "\ndeployment: {enabled: false}\nleaderElection: {enabled: true}\n",
+		"the split form":               splitForm,
+		"a bundle-only ConfigMap":      bundleOnlyConfigMap,
+		"a bundle-only nginx.org/ca":   bundleOnlyNginxCA,
+		"combined and a ConfigMap":     combinedAndAConfigMap,
 	} {
 		m, err := render(t, "", values)
 		g.Expect(err).NotTo(HaveOccurred(), name)

@@ -63,6 +63,25 @@ func TestTheChartInstallsUpgradesAndUninstalls(t *testing.T) {
 	g.Expect(legacy()).To(BeFalse(), "and back")
 	g.Expect(helm("history", "dualca")).To(ContainSubstring("deployed"))
 
+	// To Istio's split form and back: the Role follows, naming the -cacert
+	// Secret dualca then writes, and only reading it again after.
+	cacert := func() []string {
+		r := &rbacv1.Role{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: "istio-system", Name: "dualca"}, r)).To(Succeed())
+		var verbs []string
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.ResourceNames, "agents-gateway-credential-cacert") {
+				verbs = append(verbs, rule.Verbs...)
+			}
+		}
+		return verbs
+	}
+	g.Expect(cacert()).To(ConsistOf("get", "list", "watch"), "combined: the -cacert Secret is watched, not written")
+	helm("upgrade", "dualca", chartDir(t), "--reuse-values", "--set", "gatewaySecret.form=split")
+	g.Expect(cacert()).To(ConsistOf("get", "list", "watch", "update"), "split: dualca writes the -cacert Secret")
+	helm("upgrade", "dualca", chartDir(t), "--reuse-values", "--set", "gatewaySecret.form=combined")
+	g.Expect(cacert()).To(ConsistOf("get", "list", "watch"), "and back")
+
 	helm("uninstall", "dualca")
 	err = c.Get(ctx, client.ObjectKey{Namespace: "istio-system", Name: "dualca"}, &rbacv1.Role{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the uninstall removed the Roles: %v", err)

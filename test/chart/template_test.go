@@ -58,8 +58,11 @@ var (
 	rootRules = []rbacv1.PolicyRule{
 		secretsNamed("agents-root-ca", "get", "list", "watch"),
 	}
+	// The combined gateway Secret, and the "-cacert" Secret beside it,
+	// which Istio would prefer for the bundle: watched, never written.
 	gatewayRules = []rbacv1.PolicyRule{
 		secretsNamed("agents-gateway-credential", "get", "list", "watch", "update"),
+		secretsNamed("agents-gateway-credential-cacert", "get", "list", "watch"),
 		rule("", "secrets", "create"),
 	}
 	// The release namespace's: dualca's record and its status, by name,
@@ -100,14 +103,17 @@ func rule(group, resource string, verbs ...string) rbacv1.PolicyRule {
 }
 
 func secretsNamed(name string, verbs ...string) rbacv1.PolicyRule {
-	r := rule("", "secrets", verbs...)
-	r.ResourceNames = []string{name}
-	return r
+	return named("secrets", []string{name}, verbs...)
 }
 
 func configMapsNamed(name string, verbs ...string) rbacv1.PolicyRule {
-	r := rule("", "configmaps", verbs...)
-	r.ResourceNames = []string{name}
+	return named("configmaps", []string{name}, verbs...)
+}
+
+// named is a rule of the core group on resource, restricted to names.
+func named(resource string, names []string, verbs ...string) rbacv1.PolicyRule {
+	r := rule("", resource, verbs...)
+	r.ResourceNames = names
 	return r
 }
 
@@ -123,6 +129,7 @@ func rules(sets ...[]rbacv1.PolicyRule) []rbacv1.PolicyRule {
 var minimalArgs = []string{
 	"--root-secret=cert-manager/agents-root-ca",
 	"--gateway-secret=istio-system/agents-gateway-credential",
+	"--gateway-form=combined",
 	"--state-secret=dualca/agents-gateway-credential-dualca-state",
 	"--status-configmap=dualca/agents-gateway-credential-dualca-status",
 	"--poll-interval=5m",
@@ -141,7 +148,8 @@ var minimalArgs = []string{
 func TestLint(t *testing.T) {
 	t.Parallel()
 	chart := chartDir(t)
-	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring} {
+	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring,
+		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxCA} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			out, err := controlplane.Helm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
@@ -322,6 +330,7 @@ extraArgs: [--zap-devel]
 				g.Expect(c.Args).To(Equal([]string{
 					"--root-secret=istio-system/agents-root-ca",
 					"--gateway-secret=istio-system/agents-gateway-credential",
+					"--gateway-form=combined",
 					"--state-secret=dualca/record",
 					"--status-configmap=dualca/status",
 					"--cert-management-legacy",

@@ -262,6 +262,13 @@ server: {ipAddresses: [127.0.0.1]}
 clients: {selector: %[4]s=agent%[6]s}
 certManagement: {legacy: %[5]t}
 `, s.ns, rootName, gatewayName, clientLabel, legacy, namespaces) + strings.Join(extra, "\n")
+	return s.installChartRBACValues(values)
+}
+
+// installChartRBACValues is installChartRBAC with the chart's values as
+// given (YAML), the release namespace being the scenario's.
+func (s *scenario) installChartRBACValues(values string) ([]*rbacv1.Role, string) {
+	s.t.Helper()
 	objs := renderChart(s.t, s.ns, values)
 	var roles []*rbacv1.Role
 	sa := ""
@@ -660,9 +667,9 @@ func (s *scenario) expectNoSecretReadable(sa string, cn clientNamespace) {
 		s.expectAccess(sa, cn.ns, "secrets", "", verb, false)
 	}
 
-	var named []string // the root, the gateway and dualca's record share the scenario's namespace
+	var named []string // the root, the gateway (and its -cacert, watched) and dualca's record share the scenario's namespace
 	if cn.ns == s.ns {
-		named = []string{rootName, gatewayName, flags.DefaultStateSecret(types.NamespacedName{Namespace: s.ns, Name: gatewayName}).Name}
+		named = []string{rootName, gatewayName, gatewayName + "-cacert", flags.DefaultStateSecret(types.NamespacedName{Namespace: s.ns, Name: gatewayName}).Name}
 	}
 	rules, err := kube.AuthorizationV1().SelfSubjectRulesReviews().Create(s.ctx,
 		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: cn.ns}}, metav1.CreateOptions{})
@@ -674,7 +681,7 @@ func (s *scenario) expectNoSecretReadable(sa string, cn clientNamespace) {
 		}
 		if match(r.APIGroups, "") && match(r.Resources, "secrets") && match(r.Verbs, "get", "list", "watch") {
 			s.g.Expect(r.ResourceNames).NotTo(BeEmpty(), "%s: the API server reports a Secret read without a name for %s: %+v", cn.ns, sa, r)
-			s.g.Expect(r.ResourceNames).To(HaveEach(BeElementOf(named)), "%s: only dualca's root, gateway and state Secrets are read, by name", cn.ns)
+			s.g.Expect(r.ResourceNames).To(HaveEach(BeElementOf(named)), "%s: only dualca's root, gateway (and its -cacert) and state Secrets are read, by name", cn.ns)
 		}
 	}
 }

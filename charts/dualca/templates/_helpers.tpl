@@ -42,9 +42,13 @@ with the message dualca itself would give at start-up.
 */}}
 {{- define "dualca.validate" -}}
 {{- $v := .Values -}}
-{{- if and (eq $v.rootSecret.namespace $v.gatewaySecret.namespace) (eq $v.rootSecret.name $v.gatewaySecret.name) -}}
+{{- if and (not $v.gatewaySecret.name) (not $v.bundleTargets) -}}
+{{- fail "set gatewaySecret (namespace and name) or at least one of bundleTargets: dualca has nowhere to write the rotation" -}}
+{{- end -}}
+{{- if and $v.gatewaySecret.name (eq $v.rootSecret.namespace $v.gatewaySecret.namespace) (eq $v.rootSecret.name $v.gatewaySecret.name) -}}
 {{- fail "gatewaySecret must differ from rootSecret: dualca never writes the root" -}}
 {{- end -}}
+{{- include "dualca.validateTargets" . -}}
 {{- if and $v.clients.namespaces (not (include "dualca.clientsTracked" .)) -}}
 {{- fail "clients.namespaces needs a client selection (clients.selector, clients.secretSelector or clients.issuer): without one no client is tracked" -}}
 {{- end -}}
@@ -70,28 +74,145 @@ with the message dualca itself would give at start-up.
 {{- end -}}
 
 {{/*
-dualca's record of the gateway it wrote (--state-secret) and its public
+dualca.validateTargets refuses the targets dualca would refuse
+(flags.Targets.validate), with its words: a target that is the root, the
+record or the status ConfigMap, which dualca must never overwrite with a
+bundle; a -cacert Secret too long a name; a Secret type the API server
+gives required keys a bundle target does not hold.
+*/}}
+{{- define "dualca.validateTargets" -}}
+{{- $v := .Values -}}
+{{- $secrets := dict -}}
+{{- $_ := set $secrets (printf "%s/%s" $v.rootSecret.namespace $v.rootSecret.name) "rootSecret" -}}
+{{- $_ := set $secrets (printf "%s/%s" .Release.Namespace (include "dualca.stateSecretName" .)) "the state Secret (stateSecret)" -}}
+{{- with $v.gatewaySecret.name -}}
+{{- $_ := set $secrets (printf "%s/%s" $v.gatewaySecret.namespace .) "gatewaySecret" -}}
+{{- end -}}
+{{- with include "dualca.cacertSecret" . | fromJson -}}
+{{- if gt (len .name) 253 -}}
+{{- fail (printf "gatewaySecret.form=split writes the bundle to %s/%s, too long a name for a Secret" .namespace .name) -}}
+{{- end -}}
+{{- $key := printf "%s/%s" .namespace .name -}}
+{{- with get $secrets $key -}}
+{{- fail (printf "gatewaySecret.form=split writes the bundle to %s, which is %s" $key .) -}}
+{{- end -}}
+{{- $_ := set $secrets $key "the split form's -cacert Secret" -}}
+{{- end -}}
+{{- $status := printf "%s/%s" .Release.Namespace (include "dualca.statusConfigMapName" .) -}}
+{{- range $t := $v.bundleTargets -}}
+{{- $key := printf "%s/%s" $t.namespace $t.name -}}
+{{- $what := "" -}}
+{{- if eq $t.kind "secret" -}}
+{{- $what = get $secrets $key -}}
+{{- else if eq $key $status -}}
+{{- $what = "the status ConfigMap (statusConfigMap)" -}}
+{{- end -}}
+{{- with $what -}}
+{{- fail (printf "bundleTargets: %s:%s is %s: dualca writes only the bundle there" $t.kind $key .) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasPrefix "kubernetes.io/" $v.bundleSecretType -}}
+{{- fail (printf "bundleSecretType=%q: the API server requires keys of that type that a bundle target does not hold; use Opaque or a gateway's own type" $v.bundleSecretType) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.anchor is the object that names the rotation (syncer.Options.Anchor),
+as JSON {"namespace", "name"}: the gateway Secret, or without one the first
+bundle target. The record, the status ConfigMap, the Lease and the default
+client and election namespaces derive from it, as dualca derives them.
+*/}}
+{{- define "dualca.anchor" -}}
+{{- if or .Values.gatewaySecret.name (not .Values.bundleTargets) -}}
+{{- dict "namespace" .Values.gatewaySecret.namespace "name" .Values.gatewaySecret.name | toJson -}}
+{{- else -}}
+{{- $first := first .Values.bundleTargets -}}
+{{- dict "namespace" $first.namespace "name" $first.name | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.anchorDisplay names the anchor for people: NAMESPACE/NAME for the
+gateway Secret, KIND:NAMESPACE/NAME (the --bundle-targets form) for a
+bundle target.
+*/}}
+{{- define "dualca.anchorDisplay" -}}
+{{- if or .Values.gatewaySecret.name (not .Values.bundleTargets) -}}
+{{- printf "%s/%s" .Values.gatewaySecret.namespace .Values.gatewaySecret.name -}}
+{{- else -}}
+{{- $first := first .Values.bundleTargets -}}
+{{- printf "%s:%s/%s" $first.kind $first.namespace $first.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.cacertSecret is, in the split form, the Secret that holds the bundle
+("<gateway name>-cacert" beside the gateway Secret), as JSON; {} otherwise.
+dualca.shadowSecret is, in the combined form, the Secret of that name that
+Istio would prefer for the bundle: dualca watches it (never writes it) and
+flags it with a Warning if it exists; {} otherwise.
+*/}}
+{{- define "dualca.cacertSecret" -}}
+{{- if and .Values.gatewaySecret.name (eq .Values.gatewaySecret.form "split") -}}
+{{- dict "namespace" .Values.gatewaySecret.namespace "name" (printf "%s-cacert" .Values.gatewaySecret.name) | toJson -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{- define "dualca.shadowSecret" -}}
+{{- if and .Values.gatewaySecret.name (ne .Values.gatewaySecret.form "split") -}}
+{{- dict "namespace" .Values.gatewaySecret.namespace "name" (printf "%s-cacert" .Values.gatewaySecret.name) | toJson -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.targets are the objects dualca writes (syncer.Options.targets), as a
+JSON list of {"kind": "secret"|"configmap", "namespace", "name"}: the
+gateway Secret, the split form's -cacert Secret, the bundle targets. It
+reads each (get, and list/watch by name), updates it and creates it when
+missing.
+*/}}
+{{- define "dualca.targets" -}}
+{{- $out := list -}}
+{{- with .Values.gatewaySecret.name -}}
+{{- $out = append $out (dict "kind" "secret" "namespace" $.Values.gatewaySecret.namespace "name" .) -}}
+{{- end -}}
+{{- with include "dualca.cacertSecret" . | fromJson -}}
+{{- $out = append $out (dict "kind" "secret" "namespace" .namespace "name" .name) -}}
+{{- end -}}
+{{- range .Values.bundleTargets -}}
+{{- $out = append $out (dict "kind" .kind "namespace" .namespace "name" .name) -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/*
+dualca's record of the rotation it wrote (--state-secret) and its public
 status and operator controls (--status-configmap), both in the release
 namespace: where dualca's own account writes and no gateway-Secret writer
-needs to. The names default to those dualca derives from the gateway
-Secret's name (flags.DefaultStateSecret, flags.DefaultStatusConfigMap).
+needs to. The names default to those dualca derives from the anchor's name
+(flags.DefaultStateSecret, flags.DefaultStatusConfigMap): the gateway
+Secret's, else the first bundle target's.
 */}}
 {{- define "dualca.stateSecretName" -}}
-{{- .Values.stateSecret.name | default (printf "%s-dualca-state" .Values.gatewaySecret.name) -}}
+{{- .Values.stateSecret.name | default (printf "%s-dualca-state" (include "dualca.anchor" . | fromJson).name) -}}
 {{- end -}}
 
 {{- define "dualca.statusConfigMapName" -}}
-{{- .Values.statusConfigMap.name | default (printf "%s-dualca-status" .Values.gatewaySecret.name) -}}
+{{- .Values.statusConfigMap.name | default (printf "%s-dualca-status" (include "dualca.anchor" . | fromJson).name) -}}
 {{- end -}}
 
 {{/*
 Namespaces dualca works in, each as a JSON list: the client namespaces
-(the gateway's by default, none without a selector) and the election
-namespace (the gateway's by default, none without leader election).
+(the anchor's by default, none without a selector) and the election
+namespace (the anchor's by default, none without leader election).
 */}}
 {{- define "dualca.clientNamespaces" -}}
 {{- if include "dualca.clientsTracked" . -}}
-{{- default (list .Values.gatewaySecret.namespace) .Values.clients.namespaces | uniq | toJson -}}
+{{- default (list (include "dualca.anchor" . | fromJson).namespace) .Values.clients.namespaces | uniq | toJson -}}
 {{- else -}}
 []
 {{- end -}}
@@ -123,13 +244,16 @@ get on); {} for none or another group's, which dualca cannot check.
 
 {{- define "dualca.electionNamespace" -}}
 {{- if .Values.leaderElection.enabled -}}
-{{- default .Values.gatewaySecret.namespace .Values.leaderElection.namespace -}}
+{{- default (include "dualca.anchor" . | fromJson).namespace .Values.leaderElection.namespace -}}
 {{- end -}}
 {{- end -}}
 
 {{/* dualca.rbacNamespaces: every namespace that gets a Role (the release's holds the state Secret and status ConfigMap), sorted, once each. */}}
 {{- define "dualca.rbacNamespaces" -}}
-{{- $all := list .Values.rootSecret.namespace .Values.gatewaySecret.namespace .Release.Namespace -}}
+{{- $all := list .Values.rootSecret.namespace (include "dualca.anchor" . | fromJson).namespace .Release.Namespace -}}
+{{- range include "dualca.targets" . | fromJsonArray -}}
+{{- $all = append $all .namespace -}}
+{{- end -}}
 {{- $all = concat $all (include "dualca.clientNamespaces" . | fromJsonArray) -}}
 {{- with include "dualca.electionNamespace" . -}}
 {{- $all = append $all . -}}
@@ -139,14 +263,16 @@ get on); {} for none or another group's, which dualca cannot check.
 
 {{/*
 dualca.leaseName is controller-runtime's LeaderElectionID as dualca sets it
-(syncer.LeaseName): "dualca-<gateway namespace>-<gateway name>", so that two
-gateways of one name in two namespaces never share a Lease. Past 253
+(syncer.LeaseName of the anchor): "dualca-<anchor namespace>-<anchor name>",
+the anchor being the gateway Secret, else the first bundle target, so that
+two rotations named alike in two namespaces never share a Lease. Past 253
 characters it is cut to 242, trailing dots and dashes dropped, and the first
 10 hex digits of the SHA-256 of the whole name appended after a dash.
 test/chart checks the two agree.
 */}}
 {{- define "dualca.leaseName" -}}
-{{- $full := printf "dualca-%s-%s" .Values.gatewaySecret.namespace .Values.gatewaySecret.name -}}
+{{- $anchor := include "dualca.anchor" . | fromJson -}}
+{{- $full := printf "dualca-%s-%s" $anchor.namespace $anchor.name -}}
 {{- if le (len $full) 253 -}}
 {{- $full -}}
 {{- else -}}
@@ -158,7 +284,15 @@ test/chart checks the two agree.
 {{- define "dualca.args" -}}
 {{- $v := .Values -}}
 - --root-secret={{ $v.rootSecret.namespace }}/{{ $v.rootSecret.name }}
+{{- if $v.gatewaySecret.name }}
 - --gateway-secret={{ $v.gatewaySecret.namespace }}/{{ $v.gatewaySecret.name }}
+- --gateway-form={{ $v.gatewaySecret.form }}
+{{- end }}
+{{- with $v.bundleTargets }}
+- --bundle-targets={{ range $i, $t := . }}{{ if $i }},{{ end }}{{ $t.kind }}:{{ $t.namespace }}/{{ $t.name }}{{ end }}
+- --bundle-key={{ $v.bundleKey }}
+- --bundle-secret-type={{ $v.bundleSecretType }}
+{{- end }}
 - --state-secret={{ .Release.Namespace }}/{{ include "dualca.stateSecretName" . }}
 - --status-configmap={{ .Release.Namespace }}/{{ include "dualca.statusConfigMapName" . }}
 {{- if $v.certManagement.legacy }}
@@ -293,4 +427,19 @@ and its binding: the full name and the release namespace, unique per release.
 */}}
 {{- define "dualca.admissionPolicyName" -}}
 {{- printf "%s.%s" (include "dualca.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+dualca.admissionPolicy.named is a CEL condition, true when the request's
+object is one of a list of NAMESPACE/NAME: one
+(request.namespace == NS && object.metadata.name == NAME) per entry,
+joined by ||.
+*/}}
+{{- define "dualca.admissionPolicy.named" -}}
+{{- $terms := list -}}
+{{- range . -}}
+{{- $parts := splitn "/" 2 . -}}
+{{- $terms = append $terms (printf "(request.namespace == %s && object.metadata.name == %s)" ($parts._0 | quote) ($parts._1 | quote)) -}}
+{{- end -}}
+{{- join " ||\n        " $terms -}}
 {{- end -}}
