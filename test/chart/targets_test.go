@@ -25,6 +25,7 @@ const (
 	splitForm = `
 rootSecret: {namespace: cert-manager, name: agents-root-ca}
 gatewaySecret: {namespace: istio-system, name: agents-gateway-credential, form: split}
+server: {dnsNames: [gateway.agents.example.com]}
 `
 	// The Gateway API's frontend TLS validation, Envoy Gateway: a ConfigMap
 	// holding ca.crt alone; the gateway serves a certificate of its own.

@@ -138,7 +138,7 @@ func TestChartRBACIsEnoughForABundleOnlyConfigMap(t *testing.T) {
 // chartValues are the scenario's chart values (root, gateway Secret,
 // clients by label in its namespace), more after.
 func (s *scenario) chartValues(more ...string) string {
-	v := fmt.Sprintf("rootSecret: {namespace: %[1]s, name: %[2]s}\ngatewaySecret: {namespace: %[1]s, name: %[3]s}\nclients: {selector: %[4]s=agent}\n",
+	v := fmt.Sprintf("rootSecret: {namespace: %[1]s, name: %[2]s}\ngatewaySecret: {namespace: %[1]s, name: %[3]s}\nclients: {selector: %[4]s=agent}\nserver: {ipAddresses: [127.0.0.1]}\n",
 		s.ns, rootName, gatewayName, clientLabel)
 	for _, m := range more {
 		v += m + "\n"

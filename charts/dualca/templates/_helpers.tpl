@@ -62,7 +62,7 @@ with the message dualca itself would give at start-up.
 {{- if and (not $v.deployment.enabled) (not $v.leaderElection.enabled) -}}
 {{- fail "deployment.enabled=false (dualca as a sidecar) needs leaderElection.enabled: this chart cannot know how many replicas the including workload runs, and two dualcas without election would race on the gateway Secret" -}}
 {{- end -}}
-{{- if and (not $v.certManagement.legacy) (not $v.server.dnsNames) (not $v.server.ipAddresses) (not $v.server.withoutNames) -}}
+{{- if and (not $v.certManagement.legacy) $v.gatewaySecret.name (not $v.server.dnsNames) (not $v.server.ipAddresses) (not $v.server.withoutNames) -}}
 {{- fail "server.dnsNames or server.ipAddresses is required: they are the names clients check the gateway's certificate against (set server.withoutNames=true for a certificate with none)" -}}
 {{- end -}}
 {{- if gt (len (include "dualca.stateSecretName" .)) 253 -}}
