@@ -53,7 +53,7 @@ type statusMap struct {
 	gateway, rootKey types.NamespacedName
 	// targets are the objects the rotation is written to, as reported.
 	targets []TargetStatus
-	api              client.Reader // uncached
+	api     client.Reader // uncached
 	// cache is the ConfigMap's single-object cache, read between polls;
 	// nil when watches are disabled.
 	cache  client.Reader

@@ -109,7 +109,7 @@ func TestBundleTargetsHoldTheBundleAlone(t *testing.T) {
 		a, _ := bundles(g)
 		g.Expect(a).To(Equal([]string{"root-2", "root-1"}))
 	}).Should(Succeed(), "the attacker's CA is undone")
-	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayTampered+": gateway Secret was changed outside dualca (configmap/"+cm.String()+" trust.pem)")))
+	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayTampered + ": gateway Secret was changed outside dualca (configmap/" + cm.String() + " trust.pem)")))
 	s.g.Expect(k8s.Get(context.Background(), s.gateway, &corev1.Secret{})).NotTo(Succeed(), "no gateway Secret is made")
 	s.g.Eventually(s.statusText(o.StatusConfigMap)).Should(And(
 		MatchRegexp(`gateway +`+cm.String()),
