@@ -118,6 +118,8 @@ func TestParse(t *testing.T) {
 			wantErr: "is --status-configmap"},
 		"the split form's Secret may not be the root": {args: []string{"--root-secret=istio-system/gw-cacert", "--gateway-secret=istio-system/gw", "--gateway-form=split"},
 			wantErr: "writes the bundle to istio-system/gw-cacert, which is --root-secret"},
+		"the combined form's shadow as a bundle target is refused": {args: append(base, "--bundle-targets=secret:istio-system/gateway-credential-cacert"),
+			wantErr: "is the Secret Istio would prefer to the combined gateway Secret's bundle"},
 		"a bad bundle key is refused":                          {args: append(base, "--bundle-key=a/b"), wantErr: `--bundle-key="a/b"`},
 		"a TLS bundle Secret type is refused":                  {args: append(base, "--bundle-secret-type=kubernetes.io/tls"), wantErr: "requires keys of that type"},
 		"a zero propagation delay is allowed":                  {args: append(base, "--trust-propagation-delay=0s")},

@@ -104,8 +104,8 @@ func (t *Targets) validate(o Objects) error {
 	secrets := map[types.NamespacedName]string{o.RootSecret: "--root-secret", o.StateSecret: "--state-secret"}
 	if o.GatewaySecret.Name != "" {
 		secrets[o.GatewaySecret] = "--gateway-secret"
+		cacert := types.NamespacedName{Namespace: o.GatewaySecret.Namespace, Name: o.GatewaySecret.Name + "-cacert"}
 		if t.GatewayForm == syncer.FormSplit {
-			cacert := types.NamespacedName{Namespace: o.GatewaySecret.Namespace, Name: o.GatewaySecret.Name + "-cacert"}
 			if len(cacert.Name) > validation.DNS1123SubdomainMaxLength {
 				errs = append(errs, fmt.Errorf("--gateway-form=split: %s is too long a name for a Secret", cacert))
 			}
@@ -113,6 +113,9 @@ func (t *Targets) validate(o Objects) error {
 				errs = append(errs, fmt.Errorf("--gateway-form=split writes the bundle to %s, which is %s", cacert, what))
 			}
 			secrets[cacert] = "the split form's -cacert Secret"
+		} else {
+			// dualca watches it as a shadow of its own bundle, and tells of it.
+			secrets[cacert] = "the Secret Istio would prefer to the combined gateway Secret's bundle (for Istio's split form give --gateway-form=split)"
 		}
 	}
 	for _, b := range t.BundleTargets {

@@ -348,6 +348,13 @@ func TestTheChartRefusesWhatDualcaRefuses(t *testing.T) {
 				"--bundle-targets=secret:istio-system/agents-gateway-credential-cacert"},
 			dualcaErr: "is the split form's -cacert Secret",
 		},
+		"a bundle target that is the combined form's shadow": {
+			values:  minimal + "bundleTargets: [{kind: secret, namespace: istio-system, name: agents-gateway-credential-cacert}]\n",
+			wantErr: "bundleTargets: secret:istio-system/agents-gateway-credential-cacert is the Secret Istio would prefer to the combined gateway Secret's bundle",
+			args: []string{"--root-secret=cert-manager/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--bundle-targets=secret:istio-system/agents-gateway-credential-cacert"},
+			dualcaErr: "is the Secret Istio would prefer to the combined gateway Secret's bundle",
+		},
 		"a bundle ConfigMap that is the status ConfigMap": {
 			values:  minimal + "statusConfigMap: {name: status}\nbundleTargets: [{kind: configmap, namespace: dualca, name: status}]\n",
 			wantErr: "bundleTargets: configmap:dualca/status is the status ConfigMap (statusConfigMap)",

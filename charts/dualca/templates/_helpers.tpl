@@ -98,6 +98,9 @@ gives required keys a bundle target does not hold.
 {{- end -}}
 {{- $_ := set $secrets $key "the split form's -cacert Secret" -}}
 {{- end -}}
+{{- with include "dualca.shadowSecret" . | fromJson -}}
+{{- $_ := set $secrets (printf "%s/%s" .namespace .name) "the Secret Istio would prefer to the combined gateway Secret's bundle (for Istio's split form set gatewaySecret.form=split)" -}}
+{{- end -}}
 {{- $status := printf "%s/%s" .Release.Namespace (include "dualca.statusConfigMapName" .) -}}
 {{- range $t := $v.bundleTargets -}}
 {{- $key := printf "%s/%s" $t.namespace $t.name -}}
