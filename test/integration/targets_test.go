@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
@@ -27,10 +28,7 @@ import (
 func TestTheSplitFormPutsTheBundleInTheCacertSecret(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	o := s.options()
-	o.GatewayForm = syncer.FormSplit
-	s.g.Expect(o.Validate()).To(Succeed())
-	cacert := types.NamespacedName{Namespace: s.ns, Name: s.gateway.Name + "-cacert"}
+	o, cacert := s.splitOptions()
 	split := func() (gatewayView, error) { return s.splitView(cacert) }
 
 	r1 := s.newRoot("root-1")
@@ -155,10 +153,7 @@ func TestForeignIstioInputsAreRemovedOrFlagged(t *testing.T) {
 func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
-	o := s.options()
-	o.GatewayForm = syncer.FormSplit
-	s.g.Expect(o.Validate()).To(Succeed())
-	cacert := types.NamespacedName{Namespace: s.ns, Name: s.gateway.Name + "-cacert"}
+	o, cacert := s.splitOptions()
 	s.putRoot(s.newRoot("root-1"))
 	s.start(o.Syncer())
 	s.g.Eventually(func() (gatewayView, error) { return s.splitView(cacert) }).Should(HaveField("Roots", []string{"root-1"}))
@@ -192,6 +187,15 @@ func (s *setup) statusText(key types.NamespacedName) func() (string, error) {
 		err = r.WriteText(&out)
 		return out.String(), err
 	}
+}
+
+// splitOptions are the options of the split form, and its -cacert Secret.
+func (s *setup) splitOptions() (flags.Options, types.NamespacedName) {
+	s.t.Helper()
+	o := s.options()
+	o.GatewayForm = syncer.FormSplit
+	s.g.Expect(o.Validate()).To(Succeed())
+	return o, types.NamespacedName{Namespace: s.ns, Name: s.gateway.Name + "-cacert"}
 }
 
 // splitView is the view of a split-form gateway: its credential, and the
