@@ -101,12 +101,12 @@ func (r *record) read(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 	return obj, nil
 }
 
-// write makes the record describe desired, the targets about to be
-// written for d in place of those found; meant are the digests of the
-// targets found that dualca meant (examine). Nothing when the record
-// describes them already.
-func (r *record) write(ctx context.Context, ts []*targetState, desired []client.Object, meant map[string]string, d bundle.Decision, root *bundle.Root) error {
-	rec := r.desired(ts, desired, meant, d, root)
+// write makes the record describe the targets about to be written for d
+// in place of those found, whose digests are digests (by target); meant
+// are the digests of the targets found that dualca meant (examine).
+// Nothing when the record describes them already.
+func (r *record) write(ctx context.Context, ts []*targetState, digests, meant map[string]string, d bundle.Decision, root *bundle.Root) error {
+	rec := r.desired(ts, digests, meant, d, root)
 	if r.last != nil && maps.Equal(r.last.Annotations, rec.Annotations) && dataEqual(r.last.Data, rec.Data) {
 		return nil
 	}
@@ -131,12 +131,12 @@ func (r *record) write(ctx context.Context, ts []*targetState, desired []client.
 	return nil
 }
 
-// desired is the record describing the targets desired. Each target's
+// desired is the record describing the targets of digests. Each target's
 // previous digest is its digest as found when dualca meant it (the
 // record's, or the one before), else the record's own: a target a failed
 // write leaves in place is never taken for tampering, however many
 // decisions pass before a write succeeds.
-func (r *record) desired(ts []*targetState, desired []client.Object, meant map[string]string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
+func (r *record) desired(ts []*targetState, digests, meant map[string]string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
 	rec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.key.Namespace, Name: r.key.Name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "dualca"}},
@@ -148,11 +148,10 @@ func (r *record) desired(ts []*targetState, desired []client.Object, meant map[s
 		last, lastPrevious = recordDigests(r.last, ts, false), recordDigests(r.last, ts, true)
 	}
 	rec.Annotations = d.State.Annotations()
-	digests, previous := map[string]string{}, map[string]string{}
-	for i, t := range ts {
+	previous := map[string]string{}
+	for _, t := range ts {
 		id := t.id()
-		digest := t.digest(desired[i])
-		digests[id] = digest
+		digest := digests[id]
 		before := last[id]
 		if m := meant[id]; r.last != nil && m != "" {
 			before = m

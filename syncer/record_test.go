@@ -37,7 +37,8 @@ func gatewayFor(d bundle.Decision) *corev1.Secret {
 // recordOf is rec's next content when gateway is written for d, the
 // gateway found having the digest meant when dualca meant it.
 func recordOf(rec *record, gateway *corev1.Secret, meant map[string]string, d bundle.Decision, root *bundle.Root) *corev1.Secret {
-	return rec.desired(combined(), []client.Object{gateway}, meant, d, root)
+	ts := combined()
+	return rec.desired(ts, map[string]string{ts[0].id(): ts[0].digest(gateway)}, meant, d, root)
 }
 
 // TestTheRecordTellsTamperingFromItsOwnWrites: a gateway Secret is

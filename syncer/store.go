@@ -380,8 +380,10 @@ type written struct {
 func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision, root *bundle.Root) (written, error) {
 	c := contentOf(d)
 	desired := make([]client.Object, len(s.targets))
+	digests := map[string]string{}
 	for i, t := range s.targets {
 		desired[i] = t.desired(read.found[i], c)
+		digests[t.id()] = t.digest(desired[i])
 	}
 	w := written{object: read.found[0], foreign: read.foreign}
 	if s.progressOnly(read.found, desired) {
@@ -390,7 +392,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			return w, nil
 		}
 	}
-	if err := s.record.write(ctx, s.targets, desired, read.meant, d, root); err != nil {
+	if err := s.record.write(ctx, s.targets, digests, read.meant, d, root); err != nil {
 		return written{}, err
 	}
 	for _, i := range s.writeOrder() {
