@@ -38,7 +38,7 @@ var testValues = []string{
 	"--set", "rootSecret.namespace=cert-manager",
 	"--set", "rootSecret.name=agents-root-ca",
 	"--set", "gatewaySecret.namespace=istio-system",
-	"--set", "gatewaySecret.name=agents-gateway",
+	"--set", "gatewaySecret.name=agents-gateway", "--set", "server.dnsNames={gateway.agents.example.com}",
 }
 
 // prometheusRule is the part of the rendered PrometheusRule the tests read.
@@ -326,7 +326,7 @@ func TestThresholdsComeFromValues(t *testing.T) {
 func TestRulesWatchTheirOwnRelease(t *testing.T) {
 	pr, _ := render(t, "edge", "--namespace", "gateways", "--set", "prometheusRule.enabled=true",
 		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=edge-root",
-		"--set", "gatewaySecret.namespace=gateways", "--set", "gatewaySecret.name=edge-gateway",
+		"--set", "gatewaySecret.namespace=gateways", "--set", "gatewaySecret.name=edge-gateway", "--set", "server.dnsNames={gateway.agents.example.com}",
 		"--set", "prometheusRule.labels.release=kube-prometheus-stack")
 	if pr.Metadata.Name != "edge-dualca" || pr.Metadata.Namespace != "gateways" {
 		t.Errorf("PrometheusRule %s/%s, want gateways/edge-dualca", pr.Metadata.Namespace, pr.Metadata.Name)
@@ -356,7 +356,7 @@ func TestRulesFollowTheScrapeJobOfASidecar(t *testing.T) {
 		"--set", "deployment.enabled=false", "--set", "leaderElection.enabled=true", "--set", "prometheusRule.job=istio-ingressgateway",
 		"--set", "prometheusRule.namespace=istio-system",
 		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=edge-root",
-		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=edge-gateway")
+		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=edge-gateway", "--set", "server.dnsNames={gateway.agents.example.com}")
 	const sel = `{job="istio-ingressgateway", namespace="istio-system"`
 	alerts := pr.alerts()
 	if len(alerts) == 0 {
@@ -372,7 +372,7 @@ func TestRulesFollowTheScrapeJobOfASidecar(t *testing.T) {
 func TestNoRuleUnlessEnabled(t *testing.T) {
 	base := []string{
 		"--set", "rootSecret.namespace=cert-manager", "--set", "rootSecret.name=agents-root-ca",
-		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=agents-gateway",
+		"--set", "gatewaySecret.namespace=istio-system", "--set", "gatewaySecret.name=agents-gateway", "--set", "server.dnsNames={gateway.agents.example.com}",
 	}
 	docs, err := helmTemplate(t, "dualca", base...)
 	if err != nil {

@@ -193,7 +193,7 @@ func renderRules(t *testing.T) []byte {
 		"--namespace", ns, "--show-only", "templates/prometheusrule.yaml",
 		"--set", "prometheusRule.enabled=true", "--set", fmt.Sprintf("prometheusRule.rotationLagSeconds=%d", lagThreshold),
 		"--set", "rootSecret.namespace="+ns, "--set", "rootSecret.name="+rootName,
-		"--set", "gatewaySecret.namespace="+ns, "--set", "gatewaySecret.name="+gatewayName)
+		"--set", "gatewaySecret.namespace="+ns, "--set", "gatewaySecret.name="+gatewayName, "--set", "server.ipAddresses={127.0.0.1}")
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

@@ -159,7 +159,8 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	s.g.Eventually(func() (gatewayView, error) { return s.splitView(cacert) }).Should(HaveField("Roots", []string{"root-1"}))
 
 	unfreeze := s.freeze(cacert)
-	s.putRoot(s.newRoot("root-2"))
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
 	recorded := time.Now()
 	// The record has the new root while the bundle cannot be written.
 	record := syncer.DefaultStateSecret(s.gateway)
@@ -169,6 +170,9 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	unfreeze()
 	let := time.Now()
 	s.g.Eventually(func() []string { return rootsOf(s.secret(cacert).Data["ca.crt"]) }).Should(Equal([]string{"root-2", "root-1"}))
+	// The gateway Secret is written after its -cacert (the bundle first).
+	s.g.Eventually(func() map[string]string { return s.secret(s.gateway).Annotations }).
+		Should(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r2.Cert)))
 	added, err := time.Parse(time.RFC3339, s.secret(s.gateway).Annotations[bundle.AnnotationRootAddedAt])
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(added).To(BeTemporally(">", recorded.Add(2*time.Second)), "not the record's first stamp")
