@@ -214,7 +214,7 @@ func gatewayNames() []string {
 // returns once it serves.
 func (s *scenario) startGateways() {
 	for _, gw := range fileGateways {
-		dir := filepath.Join(s.t.TempDir(), gw.Name)
+		dir, _ := os.MkdirTemp("/tmp", "gwdebug-"+gw.Name) // TEMP
 		s.g.Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 		server, stop, err := StartFile(s.ctx, s.kube, s.ns, gw, s.shape, gatewayName, dir, gatewayLag)
 		s.g.Expect(err).NotTo(HaveOccurred(), "starting %s", gw.Name)
@@ -261,8 +261,7 @@ func (s *scenario) startPairs() {
 // server serves and every client has its files.
 func (s *scenario) servedEveryPair() {
 	for _, p := range s.pairs {
-		s.g.Eventually(p.Stats).Should(HaveField("ConsecutiveOK", BeNumerically(">=", 2)),
-			"%s × %s gets through before any rotation: %v", p.Gateway, p.Stack, p.Stats().Errors)
+		s.g.Eventually(p.Stats).Should(HaveField("ConsecutiveOK", BeNumerically(">=", 2)), s.explain(p, "gets through before any rotation"))
 	}
 }
 
@@ -316,8 +315,17 @@ func (s *scenario) converged(root *x509.Certificate) {
 	for i, p := range s.pairs {
 		s.g.Eventually(p.Stats).Should(And(
 			HaveField("Attempts", BeNumerically(">=", base[i]+2)),
-			HaveField("ConsecutiveOK", BeNumerically(">=", 2))),
-			"%s × %s gets through after the rotation: %v", p.Gateway, p.Stack, p.Stats().Errors)
+			HaveField("ConsecutiveOK", BeNumerically(">=", 2))), s.explain(p, "gets through after the rotation"))
+	}
+}
+
+// explain is what a failed wait for p says: its errors and its server's
+// refusals.
+func (s *scenario) explain(p *Pair, what string) func() string {
+	return func() string {
+		server := s.servers[p.Gateway]
+		return fmt.Sprintf("%s × %s %s; its errors: %v; %s refused %d reloads (%s)",
+			p.Gateway, p.Stack, what, p.Stats().Errors, p.Gateway, server.Refused(), server.Problems())
 	}
 }
 

@@ -119,6 +119,10 @@ func (h *haproxy) showProc() (procState, error) {
 	if _, err := io.WriteString(conn, "show proc\n"); err != nil {
 		return procState{}, err
 	}
+	// The master answers once the request is over: the write side closed.
+	if err := conn.(*net.UnixConn).CloseWrite(); err != nil {
+		return procState{}, err
+	}
 	out, err := io.ReadAll(conn)
 	if err != nil {
 		return procState{}, err

@@ -228,12 +228,14 @@ func (p *Projector) writeLoop(ctx context.Context) {
 // write puts one version in place and tells Written.
 func (p *Projector) write(files map[string][]byte) {
 	err := writeAtomically(p.dir, files)
+	p.mu.Lock()
+	p.stats.Writes++
+	p.mu.Unlock()
 	if err == nil && p.Written != nil {
 		err = p.Written()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stats.Writes++
 	if err != nil {
 		p.stats.Refused++
 		p.stats.LastRefusal = err.Error()

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/dualca/dualca/test/cluster"
 	"github.com/dualca/dualca/test/controlplane"
 )
@@ -30,6 +33,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The informers of the projectors log through controller-runtime's
+	// logger when it is not set; dualca's own log is collected by run.Start.
+	ctrllog.SetLogger(logr.Discard())
 	os.Exit(runSuite(m))
 }
 
