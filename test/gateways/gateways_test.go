@@ -214,7 +214,7 @@ func gatewayNames() []string {
 // returns once it serves.
 func (s *scenario) startGateways() {
 	for _, gw := range fileGateways {
-		dir, _ := os.MkdirTemp("/tmp", "gwdebug-"+gw.Name) // TEMP
+		dir := filepath.Join(s.t.TempDir(), gw.Name)
 		s.g.Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 		server, stop, err := StartFile(s.ctx, s.kube, s.ns, gw, s.shape, gatewayName, dir, gatewayLag)
 		s.g.Expect(err).NotTo(HaveOccurred(), "starting %s", gw.Name)
