@@ -72,6 +72,15 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "installing Traefik's CRDs:", err)
 		return 1
 	}
+	// Every scenario runs at once, whatever the number of cores: they spend
+	// their time waiting for rotations, and one after another they would
+	// take six times as long. go test's default -parallel is GOMAXPROCS.
+	if !flagSet("test.parallel") {
+		if err := flag.Set("test.parallel", fmt.Sprint(len(Shapes)*len(Algorithms)*2)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	code := m.Run()
 	if *reportPath != "" {
 		if code != 0 {
@@ -84,6 +93,13 @@ func runSuite(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// flagSet is whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // traefikVersion is the version of the Traefik module directory.
