@@ -75,7 +75,7 @@ func (p *proc) stop() { run.Terminate(p.cmd, p.exited, 10*time.Second) }
 func (p *proc) alive() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s exited (%v); end of its log:\n%s", filepath.Base(p.cmd.Path), p.err, tailFile(p.log, 20))
+		return fmt.Errorf("%s exited (%w); end of its log:\n%s", filepath.Base(p.cmd.Path), p.err, tailFile(p.log, 20))
 	default:
 		return nil
 	}
@@ -106,7 +106,7 @@ func waitTLS(ctx context.Context, p *proc, addr string, timeout time.Duration) e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("%s does not serve TLS within %s: %v", addr, timeout, last)
+	return fmt.Errorf("%s does not serve TLS within %s: %w", addr, timeout, last)
 }
 
 // freeAddr is 127.0.0.1 with a port nobody listens on now.
