@@ -76,7 +76,7 @@ func (h *haproxy) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := command(ctx, "haproxy", "-c", "-q", "-f", h.conf); err != nil {
+	if err := command(ctx, "haproxy", "-c", "-f", h.conf); err != nil {
 		return err
 	}
 	if err := h.p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {

@@ -81,11 +81,12 @@ func runSuite(m *testing.M) int {
 			return 1
 		}
 	}
+	start := time.Now()
 	code := m.Run()
 	if *reportPath != "" {
 		if code != 0 {
 			fmt.Fprintln(os.Stderr, "a test failed: the report is not written")
-		} else if err := os.WriteFile(*reportPath, results.markdown(traefikVersion(moduleDir)), 0o600); err != nil {
+		} else if err := os.WriteFile(*reportPath, results.markdown(traefikVersion(moduleDir), time.Since(start)), 0o600); err != nil {
 			fmt.Fprintln(os.Stderr, "writing the report:", err)
 			code = 1
 		} else {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -24,9 +25,11 @@ const TraefikName = "traefik"
 // it.
 var ErrShapeUnsupported = errors.New("the gateway cannot read this shape")
 
-// traefikLogFailures are what Traefik logs when it cannot take in a
-// configuration of ours: each is a refusal, counted.
-var traefikLogFailures = []string{"Error configuring TLS", "Unable to append", "Error while building configuration", "error while reading"}
+// traefikError marks a line of Traefik's log at level error: whatever it
+// could not take in (a CA it could not load from the bundle Secret, a
+// certificate it could not parse, a TLS option it could not build) is one,
+// and counts as a refusal.
+const traefikError = " ERR "
 
 // Traefik is Traefik v3 (Go's TLS) reading Kubernetes itself with its CRD
 // provider, restricted to one namespace: an IngressRoute on an entrypoint
@@ -47,23 +50,24 @@ func (t *Traefik) Addr() string { return t.addr }
 // Expect is noop@internal's status.
 func (t *Traefik) Expect() int { return 418 }
 
-// Refused counts the lines of its log that say it could not take a TLS
-// configuration of ours in.
-func (t *Traefik) Refused() int {
-	n := 0
-	for _, s := range traefikLogFailures {
-		n += countIn(t.log, s)
+// Refused counts the errors in its log.
+func (t *Traefik) Refused() int { return countIn(t.log, traefikError) }
+
+// Problems are the errors in its log, base64 runs (Traefik names a
+// certificate by the start of its PEM) cut out: no certificate bytes in a
+// test's output.
+func (t *Traefik) Problems() string {
+	var errs []string
+	for line := range strings.Lines(tailFile(t.log, 200)) {
+		if strings.Contains(line, traefikError) {
+			errs = append(errs, base64Run.ReplaceAllString(strings.TrimSpace(line), "[…]"))
+		}
 	}
-	return n
+	return strings.Join(errs[max(0, len(errs)-3):], "\n")
 }
 
-// Problems is the end of its log when it refused something.
-func (t *Traefik) Problems() string {
-	if t.Refused() == 0 {
-		return ""
-	}
-	return tailFile(t.log, 5)
-}
+// base64Run is a run of base64 long enough to be a piece of a certificate.
+var base64Run = regexp.MustCompile(`[A-Za-z0-9+/]{24,}={0,2}`)
 
 // Stop stops it.
 func (t *Traefik) Stop() { t.p.stop() }
