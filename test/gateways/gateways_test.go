@@ -171,7 +171,7 @@ func (s *scenario) createRoot() error {
 // startDualca creates a client Certificate per gateway and stack, then
 // runs dualca for the scenario's shape and strategy.
 func (s *scenario) startDualca() {
-	for _, gw := range gatewayNames() {
+	for _, gw := range gatewaysFor(s.shape) {
 		for _, st := range Stacks {
 			name := fmt.Sprintf("%s-%s", gw, strings.Fields(st.Name)[0])
 			if err := shared.Client.Create(s.ctx, shared.ClientCertificate(s.ns, issuerName, name, map[string]string{clientLabel: "agent"})); err != nil {
@@ -210,6 +210,20 @@ func gatewayNames() []string {
 	return append(names, TraefikName)
 }
 
+// gatewaysFor are the names of the gateways that can read shape: a file
+// gateway reads whatever a projected volume can hold; Traefik reads only
+// what its CRDs can name.
+func gatewaysFor(shape Shape) []string {
+	if CheckTraefikShape(shape) == nil {
+		return gatewayNames()
+	}
+	var names []string
+	for _, gw := range fileGateways {
+		names = append(names, gw.Name)
+	}
+	return names
+}
+
 // startGateways starts every gateway on the gateway credential; each
 // returns once it serves.
 func (s *scenario) startGateways() {
@@ -221,6 +235,13 @@ func (s *scenario) startGateways() {
 		s.t.Cleanup(stop)
 		s.servers[gw.Name] = server
 		s.gatewayVols[gw.Name] = server.(*fileServer).vol
+	}
+	if err := CheckTraefikShape(s.shape); err != nil {
+		s.t.Logf("Traefik is not run on this shape: %v", err)
+		for _, st := range Stacks {
+			results.unsupported(row{Gateway: TraefikName, Stack: st.Name, Shape: s.shape.Name, Algorithm: s.alg.Name})
+		}
+		return
 	}
 	tr, err := StartTraefik(s.ctx, shared.Client, shared.Kubeconfig, traefikBinary, s.ns, s.shape, gatewayName, s.t.TempDir())
 	s.g.Expect(err).NotTo(HaveOccurred(), "starting Traefik")
@@ -237,7 +258,7 @@ func (s *scenario) startPairs() {
 		wg.Wait()
 	})
 	i := 0
-	for _, gw := range gatewayNames() {
+	for _, gw := range gatewaysFor(s.shape) {
 		for _, st := range Stacks {
 			name := s.clients[i]
 			i++

@@ -43,6 +43,18 @@ func (t *table) add(r row, legacy bool, c cell) {
 	t.rows[r] = cells
 }
 
+// unsupported records r as a row whose gateway cannot read the shape.
+func (t *table) unsupported(r row) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rows == nil {
+		t.rows = map[row][2]cell{}
+	}
+	if _, ok := t.rows[r]; !ok {
+		t.rows[r] = [2]cell{}
+	}
+}
+
 // order sorts rows by shape, gateway, stack, then algorithm as the suite
 // lists them.
 func order(a, b row) int {
@@ -132,7 +144,7 @@ The zero-downtime strategy must fail no handshake; the legacy strategy
 // figures are a cell's three columns.
 func figures(c cell) string {
 	if !c.ran {
-		return "n/a | n/a | n/a"
+		return "n/a (cannot read the shape) | | "
 	}
 	return fmt.Sprintf("%d | %d | %d", c.Handshakes, c.Failed, c.Rotations)
 }

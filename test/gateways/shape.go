@@ -47,5 +47,18 @@ var Combined = Shape{
 	Bundle: secretKey("", "ca.crt"),
 }
 
-// Shapes are the shapes the suite runs, each through every gateway.
+// Shapes are the shapes the suite runs, each through every gateway that
+// can read it. A shape of dualca's is one more value here, for instance
+// Istio's split credential:
+//
+//	Shape{Name: "split Secrets (<name>: tls.crt, tls.key; <name>-cacert: ca.crt)",
+//		Cert: secretKey("", "tls.crt"), Key: secretKey("", "tls.key"),
+//		Bundle:    secretKey("-cacert", "ca.crt"),
+//		Configure: func(o *flags.Options) { /* the flag that selects it */ }}
+//
+// and a bundle-only target, where the bundle lives in another object, of
+// another kind maybe (Traefik, which reads client CAs only from Secrets, is
+// then left out and its rows say n/a):
+//
+//	Bundle: func(string) Source { return Source{Kind: KindConfigMap, Name: "agents-bundle", Key: "ca.crt"} }
 var Shapes = []Shape{Combined}
