@@ -89,7 +89,7 @@ dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard
 	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
 
 .PHONY: test-race
-test-race: control-plane cert-manager helm promtool prometheus ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager helm promtool prometheus gateway-tools ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart

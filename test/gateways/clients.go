@@ -83,11 +83,15 @@ func gnutlsAttempt(ctx context.Context, vol, addr string) (int, error) {
 	return 0, fmt.Errorf("gnutls-cli: %s", gnutlsError(out.String(), err))
 }
 
-// gnutlsError is the line of gnutls-cli's output that says what failed.
+// gnutlsError is the line of gnutls-cli's output that says what failed:
+// its verdict on the server's certificate if it gave one, else its first
+// fatal error.
 func gnutlsError(out string, err error) string {
-	for line := range strings.Lines(out) {
-		if strings.HasPrefix(line, "*** ") || strings.Contains(line, "NOT trusted") {
-			return strings.TrimSpace(line)
+	for _, mark := range []string{"NOT trusted", "*** "} {
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, mark) {
+				return strings.TrimSpace(line)
+			}
 		}
 	}
 	return firstLine("", err)

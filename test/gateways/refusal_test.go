@@ -86,5 +86,55 @@ func TestRefusedReloadsAreCounted(t *testing.T) {
 	for _, gw := range fileGateways {
 		g.Expect(through(servers[gw.Name])()).To(Succeed(), "%s goes on serving the version before", gw.Name)
 	}
-	g.Expect(through(tr)()).To(MatchError(ContainSubstring("self-signed")), "Traefik serves its default certificate instead")
+	// Traefik applies the configuration it built without the certificate
+	// a moment after it logged the error.
+	g.Eventually(through(tr)).WithTimeout(30*time.Second).Should(MatchError(ContainSubstring("self-signed")), "Traefik serves its default certificate instead")
+}
+
+// TestClientsCheckTheServersChainAndName: both client stacks refuse a
+// gateway whose certificate is not for ServerName, though its chain is
+// trusted, and one whose chain they do not trust, though its name is
+// right; so a handshake the suite counts as through was checked for both.
+func TestClientsCheckTheServersChainAndName(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kube := kubernetes.NewForConfigOrDie(shared.RESTConfig)
+	ns := fmt.Sprintf("gw-checks-%d", scenarios.Add(1))
+	g.Expect(shared.CreateNamespace(ctx, ns)).To(Succeed())
+	ca, stranger := certs.MustCA(t, "checks-ca", time.Hour), certs.MustCA(t, "stranger-ca", time.Hour)
+	notBefore, notAfter := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	_, clientPEM, clientKey, err := ca.Leaf("agent", notBefore, notAfter)
+	g.Expect(err).NotTo(HaveOccurred())
+	client := t.TempDir()
+	for name, content := range map[string][]byte{"tls.crt": clientPEM, "tls.key": clientKey, "ca.crt": ca.CertPEM} {
+		g.Expect(os.WriteFile(filepath.Join(client, name), content, 0o600)).To(Succeed())
+	}
+	for _, c := range []struct {
+		what   string
+		issuer *certs.CA
+		name   string
+		why    string // in both stacks' error
+	}{
+		{"a certificate for another name", ca, "elsewhere.dualca.test", "name"},
+		{"a chain the client does not trust", stranger, ServerName, "issuer"},
+	} {
+		_, serverPEM, serverKey, err := c.issuer.Leaf(c.name, notBefore, notAfter)
+		g.Expect(err).NotTo(HaveOccurred())
+		secret := fmt.Sprintf("server-%d", len(c.what))
+		g.Expect(shared.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret},
+			Type:       corev1.SecretTypeTLS,
+			Data:       map[string][]byte{"tls.crt": serverPEM, "tls.key": serverKey, "ca.crt": ca.CertPEM},
+		})).To(Succeed())
+		server, stop, err := StartFile(ctx, kube, ns, Nginx, Combined, secret, t.TempDir(), nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(stop)
+		for _, st := range Stacks {
+			_, err := st.Attempt(ctx, client, server.Addr())
+			g.Expect(err).To(MatchError(ContainSubstring(c.why)), "%s refuses %s", st.Name, c.what)
+			t.Logf("%s, %s: %v", st.Name, c.what, err)
+		}
+	}
 }
