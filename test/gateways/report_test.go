@@ -123,7 +123,15 @@ delay of %s (longer than the slowest volume's lag). The whole suite took
   no retry; counting starts once every pair got through twice.
 
 The zero-downtime strategy must fail no handshake; the legacy strategy
-(`+"`--cert-management-legacy`"+`) must fail some of every pair.
+(`+"`--cert-management-legacy`"+`) must fail some of every pair. Two tests of
+the same suite show that the counts can be other than zero:
+`+"`TestRefusedReloadsAreCounted`"+` gives every gateway a credential whose key is
+not its certificate's (each refuses it and it is counted; nginx and HAProxy
+keep serving the version before, while Traefik drops the certificate and
+serves its own default one, which no client trusts), and
+`+"`TestClientsCheckTheServersChainAndName`"+` has both client stacks refuse a
+trusted certificate for another name and the right name on a chain they do
+not trust.
 
 `, *rotations, trustPropagationDelay, elapsed.Round(time.Second), traefikVersion, *interval, ServerName)
 	b.WriteString("| gateway | client TLS stack | target shape | root key | zero-downtime: handshakes | failed | rotations | legacy: handshakes | failed | rotations | refused reloads (both) |\n")
