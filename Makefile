@@ -57,12 +57,12 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
 .PHONY: test
-test: control-plane cert-manager helm promtool prometheus image-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS) and the dashboard against a real Prometheus
+test: control-plane cert-manager helm promtool prometheus image-tools gateway-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak|gateways)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
@@ -71,6 +71,14 @@ test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane
 	$(GO) test -count=1 -v ./test/integration/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+
+.PHONY: test-gateways
+test-gateways: control-plane cert-manager gateway-tools ## real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through root rotations of ECDSA, RSA and Ed25519 roots, both strategies
+	$(GO) test -count=1 -timeout 15m -v ./test/gateways/ 2>&1 | grep -vE '^\s+\{"level"'
+
+.PHONY: gateways-report
+gateways-report: control-plane cert-manager gateway-tools ## rerun the gateway suite and write its table (gateway x client TLS stack x shape x root key, both strategies) into docs/gateways.md
+	$(GO) test -count=1 -timeout 15m -v -run '^TestGateways$$' ./test/gateways/ -args -gateways.report=$(CURDIR)/docs/gateways.md 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|gateways_test.go|report written'
 
 .PHONY: test-image
 test-image: control-plane helm image-tools ## build the image, push it to a local registry, install the chart from there and run the image with runc (as root)
@@ -81,7 +89,7 @@ dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard
 	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
 
 .PHONY: test-race
-test-race: control-plane cert-manager helm promtool prometheus ## every test under the race detector (the model test shortened)
+test-race: control-plane cert-manager helm promtool prometheus gateway-tools ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart

@@ -221,4 +221,48 @@ $(BIN)/trust-manager: $(TOOLS_MK_DIR)/trustmanager/go.mod $(TOOLS_MK_DIR)/trustm
 .PHONY: trust-manager
 trust-manager: $(BIN)/trust-manager ## build cert-manager trust-manager into ./bin from Go modules (for make bench)
 
+# --- gateways (test/gateways) -----------------------------------------------
+# Traefik v3, the gateway that reads Kubernetes itself, is built like
+# Prometheus: inside the downloaded github.com/traefik/traefik/v3 module,
+# with its own go.mod and go.sum (its replace directives make `go install`
+# refuse it); test/tools/traefik/go.mod pins the version, so bin/traefik is
+# rebuilt only when that changes. nginx, HAProxy, curl and gnutls-cli are
+# Debian's packages, installed when missing (as root; apt-get update once
+# first). Debian's packages start nginx and haproxy as system services where
+# an init system runs them: the suite's gateways are its own processes on
+# 127.0.0.1, so any such service is stopped and kept from starting again.
+TRAEFIK_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/traefik/go.mod,github.com/traefik/traefik/v3)
+TRAEFIK_LDFLAGS ?= -s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$(TRAEFIK_VERSION)
+GATEWAY_COMMANDS := nginx haproxy curl gnutls-cli
+GATEWAY_PACKAGES := nginx haproxy curl gnutls-bin
+
+$(BIN)/traefik: $(TOOLS_MK_DIR)/traefik/go.mod $(TOOLS_MK_DIR)/traefik/go.sum
+	@mkdir -p $(@D)
+	@echo "building traefik $(TRAEFIK_VERSION) from Go modules (several minutes on two cores, once)"
+	cd $(TOOLS_MK_DIR)/traefik && $(TOOLS_GOENV) $(GO) mod download github.com/traefik/traefik/v3 && \
+	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/traefik/traefik/v3) && \
+	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(TRAEFIK_LDFLAGS)' -o $@.tmp ./cmd/traefik && mv -f $@.tmp $@
+
+.PHONY: traefik
+traefik: $(BIN)/traefik ## build Traefik v3 into ./bin from Go modules (for the gateway suite)
+
+.PHONY: gateway-packages
+gateway-packages: ## install nginx, HAProxy, curl and gnutls-cli from Debian's packages when missing (as root), and stop the system services they start
+	@missing=""; for c in $(GATEWAY_COMMANDS); do PATH="$$PATH:/usr/sbin:/sbin" command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing $(GATEWAY_PACKAGES) from Debian's packages (missing:$$missing)"; \
+		if [ "$$(id -u)" != 0 ]; then echo "missing$$missing: run \`apt-get install -y $(GATEWAY_PACKAGES)\` as root"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GATEWAY_PACKAGES) >/dev/null; \
+	fi
+	@for s in nginx haproxy; do \
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
+			systemctl disable --now $$s >/dev/null 2>&1 || true; \
+		elif [ -x /etc/init.d/$$s ] && /etc/init.d/$$s status >/dev/null 2>&1; then \
+			/etc/init.d/$$s stop >/dev/null 2>&1 || true; \
+		fi; \
+	done
+
+.PHONY: gateway-tools
+gateway-tools: gateway-packages $(BIN)/traefik ## the gateways and clients of test/gateways: Debian's nginx, HAProxy, curl, gnutls-cli, and Traefik built into ./bin
+
 .DEFAULT_GOAL := $(if $(TOOLS_MK_STANDALONE),control-plane,$(TOOLS_MK_SAVED_DEFAULT_GOAL))

@@ -1,0 +1,64 @@
+package gateways
+
+import (
+	"github.com/dualca/dualca/flags"
+)
+
+// Source is one key of one object: where a file of a gateway comes from.
+type Source struct {
+	Kind Kind
+	Name string
+	Key  string
+}
+
+// Item is the projected-volume item that writes s as path.
+func (s Source) Item(path string) Item {
+	return Item{Kind: s.Kind, Name: s.Name, Key: s.Key, Path: path}
+}
+
+// Shape is a target shape of dualca: which object and key a gateway reads
+// its server certificate, its key and its trust bundle from, given the
+// gateway Secret's name, and the flags that make dualca write that shape.
+// The server credential and the bundle may live in different objects, even
+// of different kinds: adding a shape is adding a value here.
+type Shape struct {
+	// Name is the shape's name in the report.
+	Name string
+	// Cert, Key and Bundle locate the server chain, its key and the CA
+	// bundle for the gateway Secret called gateway.
+	Cert, Key, Bundle func(gateway string) Source
+	// Configure sets dualca's flags for the shape on o, whose GatewaySecret
+	// is already set; nil sets nothing.
+	Configure func(o *flags.Options)
+}
+
+// secretKey is a Source function for key of the Secret named by suffixing
+// the gateway's name.
+func secretKey(suffix, key string) func(string) Source {
+	return func(gateway string) Source { return Source{Kind: KindSecret, Name: gateway + suffix, Key: key} }
+}
+
+// Combined is Istio's combined credential, the one shape dualca wrote
+// first: one kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt.
+var Combined = Shape{
+	Name:   "combined Secret (tls.crt, tls.key, ca.crt)",
+	Cert:   secretKey("", "tls.crt"),
+	Key:    secretKey("", "tls.key"),
+	Bundle: secretKey("", "ca.crt"),
+}
+
+// Shapes are the shapes the suite runs, each through every gateway that
+// can read it. A shape of dualca's is one more value here, for instance
+// Istio's split credential:
+//
+//	Shape{Name: "split Secrets (<name>: tls.crt, tls.key; <name>-cacert: ca.crt)",
+//		Cert: secretKey("", "tls.crt"), Key: secretKey("", "tls.key"),
+//		Bundle:    secretKey("-cacert", "ca.crt"),
+//		Configure: func(o *flags.Options) { /* the flag that selects it */ }}
+//
+// and a bundle-only target, where the bundle lives in another object, of
+// another kind maybe (Traefik, which reads client CAs only from Secrets, is
+// then left out and its rows say n/a):
+//
+//	Bundle: func(string) Source { return Source{Kind: KindConfigMap, Name: "agents-bundle", Key: "ca.crt"} }
+var Shapes = []Shape{Combined}
