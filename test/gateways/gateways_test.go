@@ -71,7 +71,11 @@ var scenarios atomic.Int32
 // run at once.
 func TestGateways(t *testing.T) {
 	for _, shape := range Shapes {
-		for _, alg := range Algorithms {
+		algorithms := shape.Algorithms
+		if algorithms == nil {
+			algorithms = Algorithms
+		}
+		for _, alg := range algorithms {
 			for _, legacy := range []bool{false, true} {
 				name := fmt.Sprintf("%s/%s/%s", shortName(shape.Name), alg.Name, strategyName(legacy))
 				t.Run(name, func(t *testing.T) {
@@ -140,7 +144,8 @@ func newScenario(t *testing.T, shape Shape, alg Algorithm, legacy bool) *scenari
 }
 
 // createRoot creates the root CA Certificate, its key of the scenario's
-// algorithm, its DNS name ServerName (which dualca's server leaf copies),
+// algorithm, its DNS name ServerName (what the legacy strategy's plain copy
+// presents; the zero-downtime server leaf's comes from --server-dns-names),
 // issued by a SelfSigned Issuer, and waits until it is Ready.
 func (s *scenario) createRoot() error {
 	selfSigned := rootName + "-selfsigned"
@@ -192,6 +197,8 @@ func (s *scenario) startDualca() {
 	o.ClientNamespaces = []string{s.ns}
 	o.RenewalQPS, o.RenewalBurst = 20, 5
 	o.MetricsBindAddress, o.HealthProbeBindAddress = "0", "0"
+	// The name the clients check is the server leaf's, from dualca's flag.
+	o.Server.DNSNames = []string{ServerName}
 	if s.shape.Configure != nil {
 		s.shape.Configure(&o)
 	}

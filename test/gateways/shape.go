@@ -1,7 +1,11 @@
 package gateways
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
 )
 
 // Source is one key of one object: where a file of a gateway comes from.
@@ -30,6 +34,10 @@ type Shape struct {
 	// Configure sets dualca's flags for the shape on o, whose GatewaySecret
 	// is already set; nil sets nothing.
 	Configure func(o *flags.Options)
+	// Algorithms are the root key algorithms the shape is run with; nil:
+	// every one. The shapes after the first differ in where dualca writes,
+	// not in what it signs: one algorithm shows them.
+	Algorithms []Algorithm
 }
 
 // secretKey is a Source function for key of the Secret named by suffixing
@@ -47,6 +55,54 @@ var Combined = Shape{
 	Bundle: secretKey("", "ca.crt"),
 }
 
+// Split is Istio's split credential: tls.crt and tls.key in the gateway
+// Secret, the bundle in "<name>-cacert" beside it.
+var Split = Shape{
+	Name:       "split Secrets (<name>: tls.crt, tls.key; <name>-cacert: ca.crt)",
+	Cert:       secretKey("", "tls.crt"),
+	Key:        secretKey("", "tls.key"),
+	Bundle:     secretKey("-cacert", "ca.crt"),
+	Configure:  func(o *flags.Options) { o.GatewayForm = syncer.FormSplit },
+	Algorithms: Algorithms[:1],
+}
+
+// bundleTargetName is the name of a shape's bundle target, beside the
+// gateway Secret.
+const bundleTargetName = "client-ca"
+
+// bundleTarget is a shape whose bundle lives in a bundle target of kind
+// (a ConfigMap, or a Secret of type typ) under key: the gateway reads it
+// there, as the Gateway API's frontend validation, Envoy Gateway, NGINX
+// Gateway Fabric or F5 NGINX Ingress do, and its server credential from
+// the combined gateway Secret.
+func bundleTarget(name string, kind Kind, typ, key string) Shape {
+	return Shape{
+		Name:   name,
+		Cert:   secretKey("", "tls.crt"),
+		Key:    secretKey("", "tls.key"),
+		Bundle: func(string) Source { return Source{Kind: kind, Name: bundleTargetName, Key: key} },
+		Configure: func(o *flags.Options) {
+			k := syncer.KindConfigMap
+			if kind == KindSecret {
+				k = syncer.KindSecret
+			}
+			o.BundleTargets = []syncer.BundleTarget{{Kind: k, Key: types.NamespacedName{Namespace: o.GatewaySecret.Namespace, Name: bundleTargetName}}}
+			o.BundleKey = key
+			if typ != "" {
+				o.BundleSecretType = corev1.SecretType(typ)
+			}
+		},
+		Algorithms: Algorithms[:1],
+	}
+}
+
+// BundleConfigMap: the bundle in a ConfigMap's ca.crt.
+var BundleConfigMap = bundleTarget("bundle-ConfigMap (ca.crt alone)", KindConfigMap, "", "ca.crt")
+
+// BundleNginxCA: the bundle in a Secret of type nginx.org/ca, as F5 NGINX
+// Ingress wants it.
+var BundleNginxCA = bundleTarget("bundle-Secret of type nginx.org/ca (ca.crt alone)", KindSecret, "nginx.org/ca", "ca.crt")
+
 // Shapes are the shapes the suite runs, each through every gateway that
 // can read it. A shape of dualca's is one more value here, for instance
 // Istio's split credential:
@@ -61,4 +117,4 @@ var Combined = Shape{
 // then left out and its rows say n/a):
 //
 //	Bundle: func(string) Source { return Source{Kind: KindConfigMap, Name: "agents-bundle", Key: "ca.crt"} }
-var Shapes = []Shape{Combined}
+var Shapes = []Shape{Combined, Split, BundleConfigMap, BundleNginxCA}
