@@ -104,17 +104,7 @@ var BundleConfigMap = bundleTarget("bundle-ConfigMap (ca.crt alone)", KindConfig
 var BundleNginxCA = bundleTarget("bundle-Secret of type nginx.org/ca (ca.crt alone)", KindSecret, "nginx.org/ca", "ca.crt")
 
 // Shapes are the shapes the suite runs, each through every gateway that
-// can read it. A shape of dualca's is one more value here, for instance
-// Istio's split credential:
-//
-//	Shape{Name: "split Secrets (<name>: tls.crt, tls.key; <name>-cacert: ca.crt)",
-//		Cert: secretKey("", "tls.crt"), Key: secretKey("", "tls.key"),
-//		Bundle:    secretKey("-cacert", "ca.crt"),
-//		Configure: func(o *flags.Options) { /* the flag that selects it */ }}
-//
-// and a bundle-only target, where the bundle lives in another object, of
-// another kind maybe (Traefik, which reads client CAs only from Secrets, is
-// then left out and its rows say n/a):
-//
-//	Bundle: func(string) Source { return Source{Kind: KindConfigMap, Name: "agents-bundle", Key: "ca.crt"} }
+// can read it (Traefik reads client CAs only from Secrets: on a ConfigMap
+// bundle it is left out and its rows say n/a). A shape of dualca's is one
+// more value here.
 var Shapes = []Shape{Combined, Split, BundleConfigMap, BundleNginxCA}
