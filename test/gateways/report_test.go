@@ -3,6 +3,7 @@ package gateways
 import (
 	"bytes"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ through twice since). Every scenario runs at once against one control
 plane: kube-apiserver and etcd, cert-manager's controller issuing the root
 and the clients and renewing the clients, dualca with a trust propagation
 delay of %s (longer than the slowest volume's lag). The whole suite took
-%s on this project's 2-core machine.
+%s on this project's 2-core machine, at commit %s.
 
 - **nginx** (Debian's package, OpenSSL) and **HAProxy** (Debian's package,
   OpenSSL, master-worker mode) read projected files that a kubelet-like
@@ -133,7 +134,7 @@ serves its own default one, which no client trusts), and
 trusted certificate for another name and the right name on a chain they do
 not trust.
 
-`, *rotations, trustPropagationDelay, elapsed.Round(time.Second), traefikVersion, *interval, ServerName)
+`, *rotations, trustPropagationDelay, elapsed.Round(time.Second), commit(), traefikVersion, *interval, ServerName)
 	b.WriteString("| gateway | client TLS stack | target shape | root key | zero-downtime: handshakes | failed | rotations | legacy: handshakes | failed | rotations | refused reloads (both) |\n")
 	b.WriteString("|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	rows := make([]row, 0, len(t.rows))
@@ -160,4 +161,18 @@ func figures(c cell) string {
 // refused is the refusals of both strategies.
 func refused(c [2]cell) string {
 	return fmt.Sprint(c[0].Refused + c[1].Refused)
+}
+
+// commit is the commit the suite ran at, "-dirty" added when the tree
+// differs from it (untracked files included), as git tells it.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain").Output(); err != nil || len(bytes.TrimSpace(st)) > 0 {
+		rev += "-dirty"
+	}
+	return rev
 }
