@@ -44,7 +44,7 @@ func TestTheServerLeafIsReissuedBeforeItsEndWithoutAFailedHandshake(t *testing.T
 		leaves[leaf.SerialNumber.String()] = true
 		return len(leaves)
 	}).WithTimeout(2*time.Minute).WithPolling(500*time.Millisecond).Should(BeNumerically(">=", 4), "the first leaf and three issued again")
-	s.g.Expect(s.dualcaEvents()).To(ContainElement("Normal "+bundle.ReasonServerLeafReissued))
+	s.g.Expect(s.dualcaEvents()).To(ContainElement("Normal " + bundle.ReasonServerLeafReissued))
 
 	attempts, failures := s.report("server leaf issued again 3 times")
 	s.g.Expect(attempts).To(BeNumerically(">", 20*clients), "the clients handshook throughout")
