@@ -97,6 +97,9 @@ func TestChartRBACIsEnoughForABundleOnlyConfigMap(t *testing.T) {
 	o.BundleTargets = []syncer.BundleTarget{{Kind: syncer.KindConfigMap, Key: anchor}}
 	s.g.Expect(o.Validate()).To(Succeed())
 	s.startDualcaAs(s.impersonating(sa, requests), o)
+	// The first root reaches the ConfigMap before the rotation: a root
+	// dualca never read is no rotation (and its clients are not trusted).
+	s.targetsConverged(s.rootCert(), anchor, &corev1.ConfigMap{}, nil, 60*time.Second)
 
 	r2 := s.rotate()
 	s.targetsConverged(r2, anchor, &corev1.ConfigMap{}, nil, 60*time.Second)

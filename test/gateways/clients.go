@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -123,6 +124,11 @@ type Pair struct {
 // PairStats count a pair's attempts since it started or since Mark.
 type PairStats struct {
 	Attempts, Failures, ConsecutiveOK int
+	// TornLoads counts the loads of the client's files that straddled a
+	// swap of its volume (tls.crt of one version, tls.key of the next)
+	// and were read again, as an agent that loads its credential whole
+	// does; they are no handshake.
+	TornLoads int
 	// Errors counts the failures by what the client said.
 	Errors map[string]int
 }
@@ -135,11 +141,24 @@ func NewPair(gateway string, stack Stack, vol string, server Server) *Pair {
 }
 
 // Run attempts every interval until ctx ends or max attempts were made.
+// Before each attempt the client loads its files whole, one version of
+// the volume (see load), into a directory of its own that the TLS stack
+// reads: curl or gnutls-cli opening tls.crt and tls.key themselves could
+// open them across a swap, a client's own torn read and no handshake.
 func (p *Pair) Run(ctx context.Context, interval time.Duration, maxAttempts int) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	own, err := os.MkdirTemp("", "dualca-pair-")
+	if err != nil {
+		p.count(fmt.Errorf("making the client's directory: %w", err))
+		return
+	}
+	defer func() { _ = os.RemoveAll(own) }()
 	for range maxAttempts {
-		status, err := p.stack.Attempt(ctx, p.vol, p.server.Addr())
+		status, err := 0, p.load(own)
+		if err == nil {
+			status, err = p.stack.Attempt(ctx, own, p.server.Addr())
+		}
 		if ctx.Err() != nil {
 			return // cut short by the end of the test, not by the gateway
 		}
@@ -153,6 +172,42 @@ func (p *Pair) Run(ctx context.Context, interval time.Duration, maxAttempts int)
 		case <-tick.C:
 		}
 	}
+}
+
+// maxLoads bounds the reads of one load: a volume swapped that often in
+// one load is a failure of the load, counted as one.
+const maxLoads = 5
+
+// load copies the client's files of one version of its volume into own:
+// read through the ..data link, then the link read again; a load that
+// straddled a swap is counted (TornLoads) and read again.
+func (p *Pair) load(own string) error {
+	for range maxLoads {
+		before, err := os.Readlink(filepath.Join(p.vol, dataLink))
+		if err != nil {
+			return fmt.Errorf("loading the client's files: %w", err)
+		}
+		files := map[string][]byte{}
+		for _, name := range []string{"tls.crt", "tls.key", "ca.crt"} {
+			if files[name], err = os.ReadFile(filepath.Join(p.vol, before, name)); err != nil {
+				break
+			}
+		}
+		after, _ := os.Readlink(filepath.Join(p.vol, dataLink))
+		if err != nil || after != before {
+			p.mu.Lock()
+			p.stats.TornLoads++
+			p.mu.Unlock()
+			continue
+		}
+		for name, data := range files {
+			if err := os.WriteFile(filepath.Join(own, name), data, 0o600); err != nil {
+				return fmt.Errorf("loading the client's files: %w", err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("loading the client's files: the volume was swapped during %d reads in a row", maxLoads)
 }
 
 func (p *Pair) count(err error) {

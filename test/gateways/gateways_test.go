@@ -376,7 +376,7 @@ func (s *scenario) check() {
 	}
 	for _, p := range s.pairs {
 		st := p.Stats()
-		s.t.Logf("%s × %s, %s, %s root, %s: %d handshakes, %d failed %v", p.Gateway, p.Stack, shortName(s.shape.Name), s.alg.Name, strategyName(s.legacy), st.Attempts, st.Failures, st.Errors)
+		s.t.Logf("%s × %s, %s, %s root, %s: %d handshakes, %d failed %v; %d loads of the client's files read again after a swap", p.Gateway, p.Stack, shortName(s.shape.Name), s.alg.Name, strategyName(s.legacy), st.Attempts, st.Failures, st.Errors, st.TornLoads)
 		results.add(row{Gateway: p.Gateway, Stack: p.Stack, Shape: s.shape.Name, Algorithm: s.alg.Name},
 			s.legacy, cell{Handshakes: st.Attempts, Failed: st.Failures, Rotations: *rotations, Refused: s.servers[p.Gateway].Refused()})
 		s.g.Expect(st.Attempts).To(BeNumerically(">=", 10*(*rotations)), "%s × %s handshook throughout", p.Gateway, p.Stack)
