@@ -96,10 +96,10 @@ func bundleTarget(name string, kind Kind, typ, key string) Shape {
 	}
 }
 
-// BundleConfigMap: the bundle in a ConfigMap's ca.crt.
+// BundleConfigMap has the bundle in a ConfigMap's ca.crt.
 var BundleConfigMap = bundleTarget("bundle-ConfigMap (ca.crt alone)", KindConfigMap, "", "ca.crt")
 
-// BundleNginxCA: the bundle in a Secret of type nginx.org/ca, as F5 NGINX
+// BundleNginxCA has the bundle in a Secret of type nginx.org/ca, as F5 NGINX
 // Ingress wants it.
 var BundleNginxCA = bundleTarget("bundle-Secret of type nginx.org/ca (ca.crt alone)", KindSecret, "nginx.org/ca", "ca.crt")
 
