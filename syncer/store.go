@@ -311,23 +311,17 @@ func (s *gatewayStore) adopted(found []client.Object) bundle.Gateway {
 	return gw
 }
 
-// adoptedGateway is a combined gateway Secret as the decisions would adopt it.
-func adoptedGateway(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
+// gatewayOf is the combined gateway Secret s as the decisions would read
+// it, its annotations included (for `dualca status`).
+func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	return bundle.Gateway{
 		Exists:  true,
 		CertPEM: s.Data[corev1.TLSCertKey],
 		KeyPEM:  s.Data[corev1.TLSPrivateKeyKey],
 		CAPEM:   s.Data[caKey],
+		State:   bundle.ParseState(s.Annotations),
 		Parsed:  parsed,
 	}
-}
-
-// gatewayOf is the gateway Secret s as the decisions would read it, its
-// annotations included (for `dualca status`).
-func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
-	gw := adoptedGateway(s, parsed)
-	gw.State = bundle.ParseState(s.Annotations)
-	return gw
 }
 
 // lagging reports whether a target that holds the bundle is one dualca

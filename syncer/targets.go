@@ -87,7 +87,8 @@ type target struct {
 	primary bool
 	// istio: Istio reads it, so its shadowing keys are dualca's too.
 	istio bool
-	// removed are keys dualca owns by removing them (see istioShadowKeys).
+	// removed are keys dualca owns by removing them (see istioShadowKeys):
+	// only Istio targets have them, which are Secrets.
 	removed []string
 }
 
@@ -200,22 +201,24 @@ func (t target) desired(obj client.Object, c content) client.Object {
 	if t.primary {
 		out.SetAnnotations(mergeAnnotations(out.GetAnnotations(), c.annotations))
 	}
+	owned := t.owned(c)
 	switch o := out.(type) {
 	case *corev1.ConfigMap:
+		// A ConfigMap holds a key in data or in binaryData, never both, and
+		// a gateway reads either: the owned keys go to data, and out of
+		// binaryData, where someone else may have put them.
 		if o.Data == nil {
 			o.Data = map[string]string{}
 		}
-		for k, v := range t.owned(c) {
+		for k, v := range owned {
 			o.Data[k] = string(v)
-		}
-		for _, k := range t.removed {
-			delete(o.Data, k)
+			delete(o.BinaryData, k)
 		}
 	case *corev1.Secret:
 		if o.Data == nil {
 			o.Data = map[string][]byte{}
 		}
-		maps.Copy(o.Data, t.owned(c))
+		maps.Copy(o.Data, owned)
 		for _, k := range t.removed {
 			delete(o.Data, k)
 		}

@@ -107,6 +107,19 @@ func TestBundleTargetsHoldTheBundleAlone(t *testing.T) {
 		a, _ := bundles(g)
 		g.Expect(a).To(Equal([]string{"root-2", "root-1"}))
 	}).Should(Succeed(), "the attacker's CA is undone")
+	// The same key under binaryData, which a gateway reads as well: a
+	// ConfigMap may not hold a key in both, so dualca's key in data would
+	// be refused while the attacker's stayed.
+	s.g.Expect(k8s.Get(context.Background(), cm, m)).To(Succeed())
+	delete(m.Data, "trust.pem")
+	m.BinaryData = map[string][]byte{"trust.pem": attacker.CertPEM}
+	s.g.Expect(k8s.Update(context.Background(), m)).To(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		got := &corev1.ConfigMap{}
+		g.Expect(k8s.Get(context.Background(), cm, got)).To(Succeed())
+		g.Expect(got.BinaryData).NotTo(HaveKey("trust.pem"))
+		g.Expect(rootsOf([]byte(got.Data["trust.pem"]))).To(Equal([]string{"root-2", "root-1"}))
+	}).Should(Succeed(), "the attacker's binaryData key is undone too")
 	s.g.Eventually(s.events).Should(ContainElement(HavePrefix(bundle.ReasonGatewayTampered + ": gateway Secret was changed outside dualca (configmap/" + cm.String() + " trust.pem)")))
 	s.g.Expect(k8s.Get(context.Background(), s.gateway, &corev1.Secret{})).NotTo(Succeed(), "no gateway Secret is made")
 	s.g.Eventually(s.statusText(o.StatusConfigMap)).Should(And(
