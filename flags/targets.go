@@ -157,5 +157,5 @@ func (t *Targets) syncRaw() {
 // anchor is what names the rotation: the gateway Secret, else the first
 // bundle target (see syncer.Options.Anchor).
 func (o *Options) anchor() types.NamespacedName {
-	return o.Syncer().Anchor()
+	return syncer.Options{GatewaySecret: o.GatewaySecret, BundleTargets: o.BundleTargets}.Anchor()
 }

@@ -45,20 +45,6 @@ var (
 	clientLag  = mtls.UniformLag(time.Second, 10*time.Second)
 )
 
-// Algorithm is a root key algorithm cert-manager can make.
-type Algorithm struct {
-	Name string
-	Key  cmapi.PrivateKeyAlgorithm
-	Size int
-}
-
-// Algorithms are the root keys every scenario is run with.
-var Algorithms = []Algorithm{
-	{"ECDSA P-256", cmapi.ECDSAKeyAlgorithm, 256},
-	{"RSA 2048", cmapi.RSAKeyAlgorithm, 2048},
-	{"Ed25519", cmapi.Ed25519KeyAlgorithm, 0},
-}
-
 // scenarios counts the namespaces made, so each is new.
 var scenarios atomic.Int32
 

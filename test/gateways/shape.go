@@ -1,6 +1,7 @@
 package gateways
 
 import (
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -108,3 +109,17 @@ var BundleNginxCA = bundleTarget("bundle-Secret of type nginx.org/ca (ca.crt alo
 // bundle it is left out and its rows say n/a). A shape of dualca's is one
 // more value here.
 var Shapes = []Shape{Combined, Split, BundleConfigMap, BundleNginxCA}
+
+// Algorithm is a root key algorithm cert-manager can make.
+type Algorithm struct {
+	Name string
+	Key  cmapi.PrivateKeyAlgorithm
+	Size int
+}
+
+// Algorithms are the root keys every scenario is run with.
+var Algorithms = []Algorithm{
+	{"ECDSA P-256", cmapi.ECDSAKeyAlgorithm, 256},
+	{"RSA 2048", cmapi.RSAKeyAlgorithm, 2048},
+	{"Ed25519", cmapi.Ed25519KeyAlgorithm, 0},
+}
