@@ -249,11 +249,14 @@ func gatewayOfRecord(rec *corev1.Secret, credential client.Object, known []*x509
 
 // examine compares the targets found with the record. tampered is "" when
 // each is the one the record describes, or the one it replaced (a write
-// that did not follow the record's); else the parts that differ, named,
-// never shown. meant are the digests of the targets found that are not
-// tampered with, by target, for the record's next write. Each target is
-// digested once, here.
-func examine(ts []*targetState, found []client.Object, rec *corev1.Secret) (tampered string, meant map[string]string) {
+// that did not follow the record's) still at the version dualca left it
+// at: left holds those versions, "" where dualca knows none (after a
+// restart); the one replaced, written again by someone else, is a replay
+// and tampered. Else tampered names the parts that differ, never showing
+// them. meant are the digests of the targets found that are not tampered
+// with, by target, for the record's next write. Each target is digested
+// once, here.
+func examine(ts []*targetState, found []client.Object, left []string, rec *corev1.Secret) (tampered string, meant map[string]string) {
 	meant = map[string]string{}
 	digests, previous := recordDigests(rec, ts, false), recordDigests(rec, ts, true)
 	var changed []string
@@ -262,7 +265,8 @@ func examine(ts []*targetState, found []client.Object, rec *corev1.Secret) (tamp
 			continue
 		}
 		digest := t.digest(found[i])
-		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] {
+		untouched := left[i] == "" || left[i] == found[i].GetResourceVersion()
+		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] && untouched {
 			meant[t.id()] = digest
 			continue
 		}

@@ -61,6 +61,19 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	g.Expect(tampered(after, next)).To(BeEmpty(), "the gateway the new record describes")
 	g.Expect(tampered(before, next)).To(BeEmpty(), "the gateway the new record replaced: written before a crash, the gateway not yet")
 	g.Expect(tampered(nil, next)).To(BeEmpty(), "a deleted gateway is restored, not tampered with")
+	// The one replaced is dualca's while it stays at the version dualca
+	// left it at; written back by someone else, it is a replay.
+	leftAt := before.DeepCopy()
+	leftAt.ResourceVersion = "7"
+	replayed := before.DeepCopy()
+	replayed.ResourceVersion = "9"
+	verdict := func(gw *corev1.Secret, left string) string {
+		t, _ := examine(combined(), found(gw), []string{left}, next)
+		return t
+	}
+	g.Expect(verdict(leftAt, "7")).To(BeEmpty(), "the gateway a refused write left, still at its version")
+	g.Expect(verdict(replayed, "8")).To(And(HavePrefix("ca.crt, "), ContainSubstring(bundle.AnnotationRoot)),
+		"the gateway the record replaced, written back after dualca's write")
 
 	// Gateway writes refused while the decisions go on: the record moves
 	// on twice, the gateway stays where it was, and is still dualca's.
@@ -127,13 +140,13 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 
 // tampered is examine's verdict on gateway.
 func tampered(gateway, rec *corev1.Secret) string {
-	t, _ := examine(combined(), found(gateway), rec)
+	t, _ := examine(combined(), found(gateway), []string{""}, rec)
 	return t
 }
 
 // meant is the digests examine hands the record's next write for gateway.
 func meant(gateway, rec *corev1.Secret) map[string]string {
-	_, m := examine(combined(), found(gateway), rec)
+	_, m := examine(combined(), found(gateway), []string{""}, rec)
 	return m
 }
 

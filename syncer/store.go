@@ -190,7 +190,9 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 		return gatewayRead{}, err
 	}
 	read := gatewayRead{found: make([]client.Object, len(s.targets))}
+	left := make([]string, len(s.targets)) // the versions dualca last left the targets at
 	for i, t := range s.targets {
+		left[i] = t.rv
 		if read.found[i], err = s.readTarget(ctx, t, fresh); err != nil {
 			return gatewayRead{}, err
 		}
@@ -203,7 +205,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 	} else if shadow != nil {
 		read.foreign = append(read.foreign, foreignInput{what: s.targets[0].id() + ": shadowed by " + KindSecret + "/" + s.shadow.String(), object: shadow})
 	}
-	read.tampered, read.meant = examine(s.targets, read.found, rec)
+	read.tampered, read.meant = examine(s.targets, read.found, left, rec)
 	credential := s.credential(read.found)
 	switch {
 	case rec != nil:

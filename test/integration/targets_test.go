@@ -192,6 +192,33 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	s.g.Expect(added).To(BeTemporally(">=", let.Truncate(time.Second)), "the delay counts from the write that reached the gateway")
 }
 
+// TestAReplayedBundleIsTamperingNotALateWrite: a writer of the split
+// form's -cacert Secret writes back the version before the rotation (a
+// write dualca once made, whose digest the record keeps as the one it
+// replaced). It is no write of dualca's left behind: it is undone and told,
+// and it does not restart the new root's propagation delay, which would
+// let its writer hold a rotation back for as long as it replays.
+func TestAReplayedBundleIsTamperingNotALateWrite(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o, cacert := s.splitOptions()
+	s.putRoot(s.newRoot("root-1"))
+	s.start(o.Syncer())
+	split := func() (gatewayView, error) { return s.splitView(cacert) }
+	s.g.Eventually(split).Should(HaveField("Roots", []string{"root-1"}))
+	old := s.secret(cacert).Data
+
+	s.putRoot(s.newRoot("root-2"))
+	s.g.Eventually(split).Should(Equal(gatewayView{Roots: []string{"root-2", "root-1"}, Server: "root-1", Phase: "Renewing"}))
+	added := s.secret(s.gateway).Annotations[bundle.AnnotationRootAddedAt]
+	s.edit(cacert, func(sec *corev1.Secret) { sec.Data = old })
+	s.g.Eventually(s.events).Should(ContainElement(And(HavePrefix(bundle.ReasonGatewayTampered+": "),
+		ContainSubstring(cacert.String()+" ca.crt"))), "the replay is told")
+	s.g.Eventually(split).Should(HaveField("Roots", []string{"root-2", "root-1"}), "and undone")
+	s.g.Consistently(func() map[string]string { return s.secret(s.gateway).Annotations }, 2*time.Second).
+		Should(HaveKeyWithValue(bundle.AnnotationRootAddedAt, added), "the propagation delay is not restarted by a replay")
+}
+
 // statusText is what `dualca status` prints from the status ConfigMap key.
 func (s *setup) statusText(key types.NamespacedName) func() (string, error) {
 	kube := kubernetes.NewForConfigOrDie(restConfig)
