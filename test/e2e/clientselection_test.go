@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
@@ -104,35 +101,19 @@ func TestClientsSelectedByTheirIssuerRotateWithoutAFailedHandshake(t *testing.T)
 // changed by change before they are created.
 func newSelectionScenario(t *testing.T, change func(*cmapi.Certificate)) *scenario {
 	t.Helper()
-	g := NewWithT(t)
-	g.SetDefaultEventuallyTimeout(30 * time.Second)
-	g.SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &scenario{t: t, g: g, c: shared, kube: kubernetes.NewForConfigOrDie(shared.RESTConfig), ctx: ctx,
-		ns: fmt.Sprintf("%s-%d", strings.ToLower(t.Name())[:min(len(t.Name()), 50)], scenarios.Add(1))}
-	g.Expect(s.c.CreateNamespace(ctx, s.ns)).To(Succeed())
-	_, err := s.c.CreateRootCA(ctx, s.ns, rootName)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s.c.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
-	for i := range selectionClients {
-		name := fmt.Sprintf("agent-%d", i+1)
-		crt := s.c.ClientCertificate(s.ns, issuerName, name, map[string]string{clientLabel: "agent"})
-		change(crt)
-		g.Expect(s.c.Client.Create(ctx, crt)).To(Succeed())
-		s.clients = append(s.clients, name)
-	}
-	g.Expect(s.c.WaitReady(ctx, s.ns, s.clients...)).To(Succeed())
-	s.watch = startMonitor(ctx, t, s.kube, s.ns, len(s.clients))
-	t.Cleanup(func() {
-		cancel()
-		if s.fleet != nil {
-			s.fleet.Wait()
+	return newScenarioWith(t, shared, nil, func(s *scenario) ([]string, error) {
+		var names []string
+		for i := range selectionClients {
+			name := fmt.Sprintf("agent-%d", i+1)
+			crt := s.c.ClientCertificate(s.ns, issuerName, name, map[string]string{clientLabel: "agent"})
+			change(crt)
+			if err := s.c.Client.Create(s.ctx, crt); err != nil {
+				return nil, err
+			}
+			names = append(names, name)
 		}
-		if s.gateway != nil {
-			s.gateway.Wait()
-		}
+		return names, s.c.WaitReady(s.ctx, s.ns, names...)
 	})
-	return s
 }
 
 // createBystander creates the Certificate dualca must leave alone, issued

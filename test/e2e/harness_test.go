@@ -108,6 +108,16 @@ func newScenarioOn(t *testing.T, c *cluster.Cluster, n int) *scenario {
 // cert-manager's ECDSA P-256 of CreateRootCA).
 func newScenarioKeyed(t *testing.T, c *cluster.Cluster, n int, rootKey *cmapi.CertificatePrivateKey) *scenario {
 	t.Helper()
+	return newScenarioWith(t, c, rootKey, func(s *scenario) ([]string, error) {
+		return c.CreateClients(s.ctx, s.ns, issuerName, "agent", n, map[string]string{clientLabel: "agent"})
+	})
+}
+
+// newScenarioWith is a scenario on cluster c: its namespace, a root of
+// rootKey, its CA Issuer, the clients makeClients creates (their names),
+// and a monitor watching from before dualca starts.
+func newScenarioWith(t *testing.T, c *cluster.Cluster, rootKey *cmapi.CertificatePrivateKey, makeClients func(*scenario) ([]string, error)) *scenario {
+	t.Helper()
 	g := NewWithT(t)
 	// Generous by default: CI machines are slower and busier than this one.
 	g.SetDefaultEventuallyTimeout(30 * time.Second)
@@ -129,7 +139,7 @@ func newScenarioKeyed(t *testing.T, c *cluster.Cluster, n int, rootKey *cmapi.Ce
 	}
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.CreateCAIssuer(ctx, s.ns, issuerName, rootName)).To(Succeed())
-	s.clients, err = c.CreateClients(ctx, s.ns, issuerName, "agent", n, map[string]string{clientLabel: "agent"})
+	s.clients, err = makeClients(s)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.watch = startMonitor(ctx, t, s.kube, s.ns, len(s.clients))
 	t.Cleanup(func() {
