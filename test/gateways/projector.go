@@ -16,6 +16,8 @@ import (
 	informerscorev1 "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/dualca/dualca/test/mtls"
 )
 
 // Kind is the kind of object a projected file comes from.
@@ -55,24 +57,17 @@ type Projector struct {
 	namespace string
 	items     []Item
 	dir       string
-	lag       func() time.Duration
 	// Written is called, in the projector's goroutine, after each version
 	// is in place; nil for none.
 	Written func() error
 
+	// versions are the volume's contents waiting for their moment.
+	versions *mtls.LagQueue[map[string][]byte]
+
 	mu       sync.Mutex
 	data     map[object]map[string][]byte
-	queue    []version
-	last     time.Time
 	lastSeen map[string][]byte
 	stats    ProjectorStats
-	wake     chan struct{}
-}
-
-// version is the content of a volume waiting for its moment.
-type version struct {
-	files map[string][]byte
-	due   time.Time
 }
 
 // ProjectorStats counts what a projector did.
@@ -90,8 +85,8 @@ func NewProjector(kube kubernetes.Interface, namespace string, items []Item, dir
 	if lag == nil {
 		lag = func() time.Duration { return 0 }
 	}
-	return &Projector{kube: kube, namespace: namespace, items: items, dir: dir, lag: lag,
-		data: map[object]map[string][]byte{}, wake: make(chan struct{}, 1)}
+	return &Projector{kube: kube, namespace: namespace, items: items, dir: dir,
+		versions: mtls.NewLagQueue[map[string][]byte](lag), data: map[object]map[string][]byte{}}
 }
 
 // Dir is where the volume is.
@@ -126,7 +121,7 @@ func (p *Projector) Start(ctx context.Context) error {
 		}
 		go inf.RunWithContext(ctx)
 	}
-	go p.writeLoop(ctx)
+	go p.versions.Run(ctx, p.write)
 	return nil
 }
 
@@ -181,48 +176,7 @@ func (p *Projector) changed(o object, data map[string][]byte) {
 		return
 	}
 	p.lastSeen = files
-	due := time.Now().Add(p.lag())
-	if due.Before(p.last) {
-		due = p.last
-	}
-	p.last = due
-	p.queue = append(p.queue, version{files: files, due: due})
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// writeLoop writes each queued version when it is due, then calls Written.
-func (p *Projector) writeLoop(ctx context.Context) {
-	for {
-		p.mu.Lock()
-		var next *version
-		if len(p.queue) > 0 {
-			next = &p.queue[0]
-		}
-		p.mu.Unlock()
-		if next == nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.wake:
-				continue
-			}
-		}
-		t := time.NewTimer(time.Until(next.due))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		p.mu.Lock()
-		v := p.queue[0]
-		p.queue = p.queue[1:]
-		p.mu.Unlock()
-		p.write(v.files)
-	}
+	p.versions.Push(files)
 }
 
 // write puts one version in place and tells Written.

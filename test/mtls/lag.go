@@ -42,67 +42,86 @@ type lagged struct {
 	lag func() time.Duration
 }
 
-// pending is a version waiting for its moment.
-type pending struct {
-	secret *corev1.Secret
-	due    time.Time
-}
-
 func (l lagged) Watch(ctx context.Context, name string, update func(*corev1.Secret)) func() {
-	var (
-		mu    sync.Mutex
-		queue []pending
-		last  time.Time
-	)
-	wake := make(chan struct{}, 1)
-	innerWait := l.s.Watch(ctx, name, func(s *corev1.Secret) {
-		mu.Lock()
-		due := time.Now().Add(l.lag())
-		if due.Before(last) {
-			due = last
-		}
-		last = due
-		queue = append(queue, pending{secret: s, due: due})
-		mu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
+	q := NewLagQueue[*corev1.Secret](l.lag)
+	innerWait := l.s.Watch(ctx, name, q.Push)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			mu.Lock()
-			var next *pending
-			if len(queue) > 0 {
-				next = &queue[0]
-			}
-			mu.Unlock()
-			if next != nil {
-				t := time.NewTimer(time.Until(next.due))
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				mu.Lock()
-				s := queue[0].secret
-				queue = queue[1:]
-				mu.Unlock()
-				update(s)
-				continue
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-wake:
-			}
-		}
+		q.Run(ctx, update)
 	}()
 	return func() {
 		innerWait()
 		<-done
+	}
+}
+
+// LagQueue hands on each value pushed once lag() has passed since it was
+// pushed, in the order pushed: a value is never handed on before the one
+// pushed before it, so a slow version never overwrites a newer one.
+type LagQueue[T any] struct {
+	lag   func() time.Duration
+	mu    sync.Mutex
+	queue []delayed[T]
+	last  time.Time
+	wake  chan struct{}
+}
+
+// delayed is a value waiting for its moment.
+type delayed[T any] struct {
+	value T
+	due   time.Time
+}
+
+// NewLagQueue is an empty queue delaying by lag.
+func NewLagQueue[T any](lag func() time.Duration) *LagQueue[T] {
+	return &LagQueue[T]{lag: lag, wake: make(chan struct{}, 1)}
+}
+
+// Push queues v, due lag() from now, never before the value pushed before it.
+func (q *LagQueue[T]) Push(v T) {
+	q.mu.Lock()
+	due := time.Now().Add(q.lag())
+	if due.Before(q.last) {
+		due = q.last
+	}
+	q.last = due
+	q.queue = append(q.queue, delayed[T]{value: v, due: due})
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run hands each value to deliver when it is due, until ctx ends.
+func (q *LagQueue[T]) Run(ctx context.Context, deliver func(T)) {
+	for {
+		q.mu.Lock()
+		var next *delayed[T]
+		if len(q.queue) > 0 {
+			next = &q.queue[0]
+		}
+		q.mu.Unlock()
+		if next == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.wake:
+				continue
+			}
+		}
+		t := time.NewTimer(time.Until(next.due))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		q.mu.Lock()
+		v := q.queue[0].value
+		q.queue = q.queue[1:]
+		q.mu.Unlock()
+		deliver(v)
 	}
 }
