@@ -250,13 +250,13 @@ func gatewayOfRecord(rec *corev1.Secret, credential client.Object, known []*x509
 // examine compares the targets found with the record. tampered is "" when
 // each is the one the record describes, or the one it replaced (a write
 // that did not follow the record's) still at the version dualca left it
-// at: left holds those versions, "" where dualca knows none (after a
-// restart); the one replaced, written again by someone else, is a replay
+// at: left holds those versions by target, none where dualca knows none
+// (after a restart); the one replaced, written again by someone else, is a replay
 // and tampered. Else tampered names the parts that differ, never showing
 // them. meant are the digests of the targets found that are not tampered
 // with, by target, for the record's next write. Each target is digested
 // once, here.
-func examine(ts []*targetState, found []client.Object, left []string, rec *corev1.Secret) (tampered string, meant map[string]string) {
+func examine(ts []*targetState, found []client.Object, left map[string]string, rec *corev1.Secret) (tampered string, meant map[string]string) {
 	meant = map[string]string{}
 	digests, previous := recordDigests(rec, ts, false), recordDigests(rec, ts, true)
 	var changed []string
@@ -265,7 +265,7 @@ func examine(ts []*targetState, found []client.Object, left []string, rec *corev
 			continue
 		}
 		digest := t.digest(found[i])
-		untouched := left[i] == "" || left[i] == found[i].GetResourceVersion()
+		untouched := left[t.id()] == "" || left[t.id()] == found[i].GetResourceVersion()
 		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] && untouched {
 			meant[t.id()] = digest
 			continue

@@ -68,7 +68,7 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	replayed := before.DeepCopy()
 	replayed.ResourceVersion = "9"
 	verdict := func(gw *corev1.Secret, left string) string {
-		t, _ := examine(combined(), found(gw), []string{left}, next)
+		t, _ := examine(combined(), found(gw), map[string]string{combined()[0].id(): left}, next)
 		return t
 	}
 	g.Expect(verdict(leftAt, "7")).To(BeEmpty(), "the gateway a refused write left, still at its version")
@@ -140,13 +140,13 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 
 // tampered is examine's verdict on gateway.
 func tampered(gateway, rec *corev1.Secret) string {
-	t, _ := examine(combined(), found(gateway), []string{""}, rec)
+	t, _ := examine(combined(), found(gateway), nil, rec)
 	return t
 }
 
 // meant is the digests examine hands the record's next write for gateway.
 func meant(gateway, rec *corev1.Secret) map[string]string {
-	_, m := examine(combined(), found(gateway), []string{""}, rec)
+	_, m := examine(combined(), found(gateway), nil, rec)
 	return m
 }
 

@@ -190,9 +190,9 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 		return gatewayRead{}, err
 	}
 	read := gatewayRead{found: make([]client.Object, len(s.targets))}
-	left := make([]string, len(s.targets)) // the versions dualca last left the targets at
+	left := map[string]string{} // the versions dualca last left the targets at
 	for i, t := range s.targets {
-		left[i] = t.rv
+		left[t.id()] = t.rv
 		if read.found[i], err = s.readTarget(ctx, t, fresh); err != nil {
 			return gatewayRead{}, err
 		}
