@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -127,18 +128,36 @@ type dueClient struct {
 }
 
 // renewalRateLimiter is the token bucket with jitter for every trigger,
-// combined with per-client exponential backoff for clients that fail.
-func renewalRateLimiter(qps float64, burst int, maxBackoff time.Duration) workqueue.TypedRateLimiter[types.NamespacedName] {
+// combined with per-client exponential backoff for clients that fail. The
+// bucket is read at clk's time: the queue's, real time, in dualca (the
+// queue waits out the delays in real time); a fake clock in the tests.
+func renewalRateLimiter(qps float64, burst int, maxBackoff time.Duration, clk clock.PassiveClock) workqueue.TypedRateLimiter[types.NamespacedName] {
 	return &jitter[types.NamespacedName]{
 		TypedRateLimiter: workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](50*time.Millisecond, maxBackoff),
-			&workqueue.TypedBucketRateLimiter[types.NamespacedName]{Limiter: rate.NewLimiter(rate.Limit(qps), burst)},
+			&bucket[types.NamespacedName]{limiter: rate.NewLimiter(rate.Limit(qps), burst), clock: clk},
 		),
 		// Up to a tenth of the interval between two tokens: enough to spread
 		// a burst that starts on one tick, never enough to slow the rate.
 		max: time.Duration(float64(time.Second) / qps / 10),
 	}
 }
+
+// bucket is workqueue's TypedBucketRateLimiter with its clock given: each
+// item reserves a token at clock's now and waits until it is due.
+type bucket[T comparable] struct {
+	limiter *rate.Limiter
+	clock   clock.PassiveClock
+}
+
+func (b *bucket[T]) When(T) time.Duration {
+	now := b.clock.Now()
+	return b.limiter.ReserveN(now, 1).DelayFrom(now)
+}
+
+func (*bucket[T]) NumRequeues(T) int { return 0 }
+
+func (*bucket[T]) Forget(T) {}
 
 // jitter adds a random delay in [0, max) to another rate limiter's.
 type jitter[T comparable] struct {
@@ -157,7 +176,9 @@ func (j *jitter[T]) When(item T) time.Duration {
 func newRenewer(strategy Strategy, o Options) *renewer {
 	return &renewer{
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval),
+			// Real time, not o.Clock: the queue waits in real time, and a
+			// bucket on a clock that stood still would never refill.
+			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval, clock.RealClock{}),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
 		workers:   RenewalWorkers(o.RenewalQPS),
 		strategy:  strategy,

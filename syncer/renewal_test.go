@@ -18,35 +18,59 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestRenewalRateLimiterPacesAndBacksOff checks the delays the renewal queue
-// is given: a burst goes at once, then one client per 1/qps, each with at
-// most a tenth of that interval of jitter; a client that keeps failing
-// waits twice as long each time, up to the cap.
+// is given, on a fake clock (so a busy machine changes nothing): a burst
+// goes at once, then one client per 1/qps, each with at most a tenth of
+// that interval of jitter; as the clock moves the bucket refills at qps, up
+// to the burst; a client that keeps failing waits twice as long each time,
+// up to the cap.
 func TestRenewalRateLimiterPacesAndBacksOff(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	const qps, burst = 10, 3
+	const base = 50 * time.Millisecond // the per-client base delay
 	interval := time.Second / qps
-	l := renewalRateLimiter(qps, burst, 2*time.Second)
-	// The limiter reserves tokens when asked, so the delays are computed at
-	// once; a slow machine only makes later delays shorter, by the time it took.
-	for i := range 10 {
-		d := l.When(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("client-", i)})
-		want := 50 * time.Millisecond // the per-client base delay
-		if i >= burst {
-			want = max(want, time.Duration(i-burst+1)*interval)
-		}
-		g.Expect(d).To(BeNumerically(">=", want-20*time.Millisecond), "client %d", i)
-		g.Expect(d).To(BeNumerically("<", want+interval/10), "client %d: at most a tenth of the interval of jitter", i)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
+	l := renewalRateLimiter(qps, burst, 2*time.Second, clk)
+	n := 0
+	when := func() time.Duration {
+		n++
+		return l.When(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("client-", n)})
+	}
+	paced := func(d, want time.Duration, what string) {
+		t.Helper()
+		g.Expect(d).To(BeNumerically(">=", want), what)
+		g.Expect(d).To(BeNumerically("<", want+interval/10), "%s: at most a tenth of the interval of jitter", what)
 	}
 
+	// The clock stands still: the burst, then one client per interval.
+	for i := range 10 {
+		want := base
+		if i >= burst {
+			want = time.Duration(i-burst+1) * interval
+		}
+		paced(when(), want, fmt.Sprint("client ", i))
+	}
+	// Half an interval after the last token is due, the next one is due
+	// half an interval later: tokens come at qps, not sooner.
+	clk.SetTime(clk.Now().Add(7*interval + interval/2))
+	paced(when(), interval/2, "half an interval after the last")
+	// The bucket refills at qps up to the burst, never beyond: a long quiet
+	// time gives one burst, then the pace again.
+	clk.SetTime(clk.Now().Add(time.Hour))
+	for i := range burst {
+		paced(when(), base, fmt.Sprint("after an hour, client ", i))
+	}
+	paced(when(), interval, "after an hour, past the burst")
+
 	failing := types.NamespacedName{Namespace: "ns", Name: "failing"}
-	slow := renewalRateLimiter(1000, 1000, 2*time.Second) // the bucket never binds
+	slow := renewalRateLimiter(1000, 1000, 2*time.Second, clk) // the bucket never binds
 	var delays []time.Duration
 	for range 8 {
 		delays = append(delays, slow.When(failing).Truncate(10*time.Millisecond))
@@ -401,10 +425,11 @@ func TestRenewerOverlapsAsManyRoundTripsAsItsRateNeeds(t *testing.T) {
 				due[key(fmt.Sprint("client-", i))] = dueClient{}
 			}
 			g.Expect(w.update(due, nil)).To(Equal(clients))
-			g.Eventually(held.inFlight).Should(Equal(tc.workers), "every worker holds a round trip open")
+			// Generous waits: a busy machine may be slow to start the workers.
+			g.Eventually(held.inFlight).WithTimeout(30*time.Second).Should(Equal(tc.workers), "every worker holds a round trip open")
 			g.Consistently(held.inFlight).WithTimeout(300*time.Millisecond).Should(Equal(tc.workers), "and no more start")
 			close(held.release)
-			g.Eventually(held.acted).Should(HaveLen(clients), "released, every client is acted on")
+			g.Eventually(held.acted).WithTimeout(30*time.Second).Should(HaveLen(clients), "released, every client is acted on")
 			once := map[types.NamespacedName]bool{}
 			for _, k := range held.acted() {
 				once[k] = true
