@@ -21,9 +21,16 @@ const (
 	fdGrowth        = 10
 )
 
-// judgeLeaksFrom is the shortest run that must judge a replica for leaks:
-// in a few minutes, faults may leave no replica that lived long enough.
+// judgeLeaksFrom is the shortest run that judges dualca for leaks (`make
+// soak`), and must: a shorter one (`make test`'s 3 minutes) reports the
+// slopes for information and asserts nothing on them. In a few minutes
+// faults may leave no replica that lived long enough, and a replica on a
+// busy machine may still be growing its heap to its steady size.
 const judgeLeaksFrom = 10 * time.Minute
+
+// judgesLeaks tells whether this run judges leaks: it is at least
+// judgeLeaksFrom long.
+func judgesLeaks() bool { return *duration >= judgeLeaksFrom }
 
 // outcome is everything the run is judged and reported on.
 type outcome struct {
@@ -96,8 +103,13 @@ func (s *soak) check() {
 		o.checked.Versions, o.checked.ViolationCount, o.checked.RaceCount, o.checked.LongestRace().Round(time.Millisecond), o.checked.Excused, o.deletions, o.checked.Deletions, o.gateway.Deletions)
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
 	l := o.leak
-	s.t.Logf("leaks: %d samples of %d replica processes over %v: RSS %+.3f MiB/min (limit %.3f), goroutines %+.3f/min (limit %.3f), fds %+.3f/min (limit %.3f)",
-		l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+	if judgesLeaks() {
+		s.t.Logf("leaks: %d samples of %d replica processes over %v: RSS %+.3f MiB/min (limit %.3f), goroutines %+.3f/min (limit %.3f), fds %+.3f/min (limit %.3f)",
+			l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+	} else {
+		s.t.Logf("leaks not judged (a run shorter than %v), for information: %d samples of %d replica processes over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min",
+			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
+	}
 	if *report != "" {
 		s.g.Expect(o.write(*report, *plotTo)).To(Succeed())
 	}
@@ -121,10 +133,10 @@ func (s *soak) check() {
 		g.Expect(r.steady > 0 || r.superseded).To(BeTrue(), "rotation to R%d converged or was overtaken by the next", r.n)
 		g.Expect(r.steadyInTime).To(BeTrue(), "rotation to R%d was Steady before R%d expired", r.n, r.n-1)
 	}
-	if *duration >= judgeLeaksFrom {
+	if judgesLeaks() {
 		g.Expect(o.leak.judged()).To(BeTrue(), "replicas lived long enough to be judged for leaks")
+		g.Expect(o.leak.ok()).To(BeTrue(), "dualca leaks: %+v", o.leak)
 	}
-	g.Expect(o.leak.ok()).To(BeTrue(), "dualca leaks: %+v", o.leak)
 }
 
 func (s *soak) outcome() *outcome {

@@ -134,7 +134,7 @@ func (s *soak) inject(kind string) {
 // lived two to twelve minutes, and what was left after the warm-up was
 // too short to tell a leak from a heap still reaching its size.
 func minLife() time.Duration {
-	if *duration < judgeLeaksFrom {
+	if !judgesLeaks() {
 		return 0
 	}
 	return warmUp() + *duration/6

@@ -147,6 +147,12 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 		"a replica killed and started again begins afresh), leaving out each one's first %v and, for a replica that took the lease, what came before. "+
 		"Bounds: %d MiB, %d goroutines, %d descriptors of growth over the window.", resourcesEvery, warmUp(), rssGrowth>>20, goroutineGrowth, fdGrowth)
 	w("")
+	if !judgesLeaks() {
+		w("Not judged: the run was shorter than %v. For information, over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min (%d processes, %d samples).",
+			judgeLeaksFrom, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds, l.processes, l.samples)
+		w("")
+		return
+	}
 	if !l.judged() {
 		w("No replica lived long enough in the window to be judged.")
 		w("")
