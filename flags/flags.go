@@ -211,6 +211,7 @@ func (o Options) Syncer() syncer.Options {
 		BundleTargets:           o.BundleTargets,
 		BundleKey:               o.BundleKey,
 		BundleSecretType:        o.BundleSecretType,
+		IssuingSecret:           o.IssuingSecret,
 		StateSecret:             o.StateSecret,
 		StatusConfigMap:         o.StatusConfigMap,
 		Legacy:                  o.Legacy,

@@ -120,6 +120,17 @@ func TestParse(t *testing.T) {
 			wantErr: "writes the bundle to istio-system/gw-cacert, which is --root-secret"},
 		"the combined form's shadow as a bundle target is refused": {args: append(base, "--bundle-targets=secret:istio-system/gateway-credential-cacert"),
 			wantErr: "is the Secret Istio would prefer to the combined gateway Secret's bundle"},
+		"an issuing Secret beside the root is taken": {args: append(base, "--issuing-secret=istio-system/root-ca-issuing"),
+			check: func(g *WithT, o Options) {
+				g.Expect(o.Syncer().IssuingSecret).To(Equal(types.NamespacedName{Namespace: "istio-system", Name: "root-ca-issuing"}))
+			}},
+		"an issuing Secret outside the root's namespace is refused: the root's key goes nowhere it was not": {
+			args: append(base, "--issuing-secret=agents/root-ca-issuing"), wantErr: `must be in the root Secret's namespace "istio-system"`},
+		"the root as the issuing Secret is refused": {args: append(base, "--issuing-secret=istio-system/root-ca"),
+			wantErr: "--issuing-secret=istio-system/root-ca is --root-secret"},
+		"the gateway Secret as the issuing Secret is refused": {args: append(base, "--issuing-secret=istio-system/gateway-credential"),
+			wantErr: "is --gateway-secret"},
+		"a malformed issuing Secret is named":                  {args: append(base, "--issuing-secret=root-ca-issuing"), wantErr: `--issuing-secret="root-ca-issuing": want NAMESPACE/NAME`},
 		"a bad bundle key is refused":                          {args: append(base, "--bundle-key=a/b"), wantErr: `--bundle-key="a/b"`},
 		"a TLS bundle Secret type is refused":                  {args: append(base, "--bundle-secret-type=kubernetes.io/tls"), wantErr: "requires keys of that type"},
 		"a zero propagation delay is allowed":                  {args: append(base, "--trust-propagation-delay=0s")},
@@ -227,6 +238,7 @@ func TestArgsGiveBackTheOptions(t *testing.T) {
 	o.GatewayForm, o.BundleKey, o.BundleSecretType = syncer.FormSplit, "trust.pem", "nginx.org/ca"
 	o.BundleTargets = []syncer.BundleTarget{{Kind: syncer.KindConfigMap, Key: types.NamespacedName{Namespace: "edge", Name: "trust"}},
 		{Kind: syncer.KindSecret, Key: types.NamespacedName{Namespace: "nginx", Name: "client-ca"}}}
+	o.IssuingSecret = types.NamespacedName{Namespace: "cert-manager", Name: "root-issuing"}
 	o.Server = Server{DNSNames: []string{"gw.example.com", "*.gw.example.com"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.1"), net.ParseIP("fd00::1")},
 		KeyAlgorithm: bundle.KeyRSA3072, Lifetime: 48 * time.Hour, WithoutNames: true} // legacy: no contradiction
 

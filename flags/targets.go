@@ -24,9 +24,14 @@ type Targets struct {
 	BundleTargets    []syncer.BundleTarget
 	BundleKey        string
 	BundleSecretType corev1.SecretType
+	// IssuingSecret, when set, is a Secret dualca keeps for the clients'
+	// CA Issuer to sign with instead of the root Secret: the root's own
+	// credential, moved to a new root only once the gateway trusts it. It
+	// must be in the root Secret's namespace, where the root's key already is.
+	IssuingSecret types.NamespacedName
 
 	// The flags as given, which parse turns into the fields above.
-	bundleTargets, bundleSecretType string
+	bundleTargets, bundleSecretType, issuingSecret string
 }
 
 // defaultTargets are the Targets when no flag says otherwise: the combined
@@ -47,6 +52,10 @@ func (t *Targets) addTargetFlags(fs *flag.FlagSet) {
 	fs.StringVar(&t.BundleKey, "bundle-key", t.BundleKey, "The key of the bundle in the bundle targets.")
 	fs.StringVar(&t.bundleSecretType, "bundle-secret-type", t.bundleSecretType,
 		"The type of the bundle targets that are Secrets (e.g. nginx.org/ca for F5 NGINX Ingress).")
+	fs.StringVar(&t.issuingSecret, "issuing-secret", t.issuingSecret,
+		"A Secret, as NAMESPACE/NAME in the root Secret's namespace, that dualca keeps for the clients' CA Issuer to sign with instead of the root Secret "+
+			"(point the Issuer's spec.ca.secretName at it): the root's credential, moved to a new root only once the gateway has had --trust-propagation-delay "+
+			"to trust it, so that no client is ever issued a certificate the gateway does not trust yet.")
 }
 
 // parse turns the flags as given into the typed fields; the flags it
@@ -71,6 +80,15 @@ func (t *Targets) parse(malformed map[string]bool) error {
 		t.BundleTargets = append(t.BundleTargets, b)
 	}
 	t.BundleSecretType = corev1.SecretType(t.bundleSecretType)
+	t.IssuingSecret = types.NamespacedName{}
+	if t.issuingSecret != "" {
+		key, err := ParseKey("issuing-secret", t.issuingSecret)
+		if err != nil {
+			malformed["issuing-secret"] = true
+			errs = append(errs, err)
+		}
+		t.IssuingSecret = key
+	}
 	return errors.Join(errs...)
 }
 
@@ -118,6 +136,16 @@ func (t *Targets) validate(o Objects) error {
 			secrets[cacert] = "the Secret Istio would prefer to the combined gateway Secret's bundle (for Istio's split form give --gateway-form=split)"
 		}
 	}
+	if is := t.IssuingSecret; is.Name != "" {
+		if what, taken := secrets[is]; taken {
+			errs = append(errs, fmt.Errorf("--issuing-secret=%s is %s: the issuing Secret holds the root's credential and nothing else", is, what))
+		}
+		if o.RootSecret.Name != "" && is.Namespace != o.RootSecret.Namespace {
+			errs = append(errs, fmt.Errorf("--issuing-secret=%s must be in the root Secret's namespace %q: it holds the root's private key, which must go nowhere it was not",
+				is, o.RootSecret.Namespace))
+		}
+		secrets[is] = "--issuing-secret"
+	}
 	for _, b := range t.BundleTargets {
 		what, taken := secrets[b.Key]
 		if b.Kind == syncer.KindConfigMap {
@@ -152,6 +180,10 @@ func (t *Targets) syncRaw() {
 		raw[i] = b.String()
 	}
 	t.bundleTargets, t.bundleSecretType = strings.Join(raw, ","), string(t.BundleSecretType)
+	t.issuingSecret = ""
+	if t.IssuingSecret.Name != "" {
+		t.issuingSecret = t.IssuingSecret.String()
+	}
 }
 
 // anchor is what names the rotation: the gateway Secret, else the first

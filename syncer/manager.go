@@ -164,6 +164,12 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	if !o.DisableWatches {
 		store.rootCache, store.shadowCache = c.root, c.shadow
 	}
+	if o.IssuingSecret.Name != "" {
+		store.issuing = &targetState{target: issuingTarget(o.IssuingSecret)}
+		if !o.DisableWatches {
+			store.issuing.cache = c.issuing
+		}
+	}
 	r := &Reconciler{
 		store:    store,
 		strategy: strategy,

@@ -40,6 +40,7 @@ type Metrics struct {
 	foreign        prometheus.Gauge
 	untrusted      prometheus.Counter
 	abandoned      prometheus.Gauge
+	issuingCurrent *prometheus.GaugeVec
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -76,13 +77,15 @@ func NewMetrics() *Metrics {
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
 		tampered: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_gateway_tampered_total",
-			Help: "Times a target (the gateway Secret, its -cacert Secret, a bundle target) was found changed outside dualca (the keys dualca owns there, a key that would shadow them, the dualca.io/ annotations) and written again from dualca's record."}),
+			Help: "Times a target (the gateway Secret, its -cacert Secret, a bundle target, the issuing Secret) was found changed outside dualca (the keys dualca owns there, a key that would shadow them, the dualca.io/ annotations) and written again from dualca's record."}),
 		foreign: gauge("dualca_target_foreign_inputs",
 			"Inputs found at the last reconcile that a gateway reads beside dualca's targets and dualca does not own: a ca.crl in an Istio target, a <name>-cacert Secret shadowing a combined gateway Secret's bundle."),
 		untrusted: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_untrusted_roots_total",
 			Help: "Decisions that found a CA dualca never read from the root Secret where a root was expected (ca.crt, tls.crt, a selected client's ca.crt) and did not trust it."}),
 		paused: gauge("dualca_paused",
 			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
+		issuingCurrent: gaugeVec("dualca_issuing_secret_current",
+			"1 when the issuing Secret (--issuing-secret) holds the current root, 0 while it keeps an older one for the gateway to trust the new one first; absent without an issuing Secret.", "secret"),
 		abandoned: gauge("dualca_clients_abandoned",
 			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root, and still not on it."),
 	}
@@ -99,7 +102,7 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
 		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused,
-		m.tampered, m.foreign, m.untrusted, m.abandoned}
+		m.tampered, m.foreign, m.untrusted, m.abandoned, m.issuingCurrent}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.

@@ -34,6 +34,11 @@ type Options struct {
 	BundleTargets    []BundleTarget
 	BundleKey        string
 	BundleSecretType corev1.SecretType
+	// IssuingSecret, when set, is the Secret a CA Issuer signs the clients
+	// with instead of the root Secret: the root's credential, moved to a
+	// new root only once the gateway trusts it (issuing.go). It is in the
+	// root Secret's namespace.
+	IssuingSecret types.NamespacedName
 	// StateSecret is dualca's record (see record.go): written only by
 	// dualca's account, it is what every decision starts from.
 	StateSecret types.NamespacedName

@@ -47,6 +47,7 @@ type pass struct {
 	views    map[string]clientView
 	decision bundle.Decision
 	written  written
+	issued   issued
 }
 
 // Reconcile reads root, gateway and clients, lets the strategy decide,
@@ -71,6 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, err
 	}
 	r.report.synced(ctx, p, now)
+	r.report.issuing(ctx, p.written.object, p.issued, p.rootFP)
 	r.ready.synced()
 	// Renewals follow the decision only once it is written: the gateway
 	// trusts the new root before any client is moved to it.
@@ -107,7 +109,12 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	p.clients.Signatures = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
-	p.written, err = r.store.write(ctx, gateway, p.decision, root)
+	if p.written, err = r.store.write(ctx, gateway, p.decision, root); err != nil {
+		return p, err
+	}
+	// After the targets: the gateway is told of a root before the issuing
+	// Secret signs with it.
+	p.issued, err = r.store.syncIssuing(ctx, fresh, p.decision, root)
 	return p, err
 }
 

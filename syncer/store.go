@@ -35,6 +35,8 @@ type gatewayStore struct {
 	rootKey types.NamespacedName
 	// targets are the objects written (targets.go), the primary first.
 	targets []*targetState
+	// issuing is the issuing Secret (issuing.go); nil when there is none.
+	issuing *targetState
 	// shadow is a Secret that would shadow the gateway's bundle (see
 	// Options.shadowKey); its zero key when there is none to watch.
 	shadow      types.NamespacedName

@@ -34,6 +34,8 @@ type caches struct {
 	// when there is none to watch.
 	targets        []cache.Cache
 	shadow, status cache.Cache
+	// issuing is the issuing Secret's cache, nil when there is none.
+	issuing cache.Cache
 }
 
 // newCaches creates the caches and adds them to mgr.
@@ -65,6 +67,16 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	}
 	if err := c.addStatus(mgr, o); err != nil {
 		return c, err
+	}
+	if key := o.IssuingSecret; key.Name != "" {
+		sc, err := singleObjectCache(mgr, key)
+		if err != nil {
+			return c, err
+		}
+		if err := mgr.Add(sc); err != nil {
+			return c, fmt.Errorf("adding cache for %s: %w", key, err)
+		}
+		c.issuing = sc
 	}
 	if !o.Clients().Tracked() {
 		return c, nil
@@ -106,6 +118,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		}
 		if c.shadow != nil {
 			b = b.WatchesRawSource(source.Kind(c.shadow, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()), named[*corev1.Secret](r.store.shadow)))
+		}
+		if c.issuing != nil && r.store.issuing != nil {
+			b = b.WatchesRawSource(targetSource(c.issuing, r.store.issuing, r.request()))
 		}
 	}
 	if watch {
