@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
@@ -98,31 +93,7 @@ func TestAGatewayWriterGetsNothingSignedNorTrusted(t *testing.T) {
 // seen so far.
 func (s *setup) watchGateway(from string) func() []*corev1.Secret {
 	s.t.Helper()
-	cs, err := kubernetes.NewForConfig(restConfig)
-	s.g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := cs.CoreV1().Secrets(s.gateway.Namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", s.gateway.Name).String(), ResourceVersion: from})
-	s.g.Expect(err).NotTo(HaveOccurred())
-	var mu sync.Mutex
-	var seen []*corev1.Secret
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.ResultChan() {
-			if sec, ok := e.Object.(*corev1.Secret); ok && (e.Type == watch.Added || e.Type == watch.Modified) {
-				mu.Lock()
-				seen = append(seen, sec)
-				mu.Unlock()
-			}
-		}
-	}()
-	s.t.Cleanup(func() { cancel(); w.Stop(); <-done })
-	return func() []*corev1.Secret {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]*corev1.Secret(nil), seen...)
-	}
+	return s.watchSecret(s.gateway, from)
 }
 
 func dualcaAnnotations(a map[string]string) map[string]string {
