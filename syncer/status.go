@@ -49,7 +49,10 @@ type Report struct {
 	Gateway string `json:"gateway"`
 	// Targets are the objects dualca writes the rotation to and what each
 	// holds; empty in a report made from the Secrets (Status).
-	Targets     []TargetStatus   `json:"targets,omitempty"`
+	Targets []TargetStatus `json:"targets,omitempty"`
+	// Issuing is the issuing Secret (--issuing-secret) and the root it
+	// holds; nil without one.
+	Issuing     *IssuingStatus   `json:"issuingSecret,omitempty"`
 	Strategy    string           `json:"strategy"`
 	Phase       string           `json:"phase,omitempty"`
 	RootAddedAt *time.Time       `json:"rootAddedAt,omitempty"`
@@ -85,6 +88,16 @@ type TargetStatus struct {
 	Object string `json:"object"`
 	// Holds says what of the rotation it holds, by key.
 	Holds string `json:"holds"`
+}
+
+// IssuingStatus is the issuing Secret as dualca last left it.
+type IssuingStatus struct {
+	Secret string `json:"secret"`
+	// Root is the fingerprint prefix of the root it holds; "" when none.
+	Root string `json:"root,omitempty"`
+	// Current: it holds the current root. Otherwise Reason says why not.
+	Current bool   `json:"current"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // RootStatus is the root Secret as dualca would read it.
@@ -255,6 +268,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	for _, t := range r.Targets {
 		_, _ = fmt.Fprintf(tw, "target\t%s (%s)\n", t.Object, t.Holds)
+	}
+	if is := r.Issuing; is != nil {
+		state := "current root"
+		if !is.Current {
+			state = "not the current root yet: " + is.Reason
+		}
+		_, _ = fmt.Fprintf(tw, "issuing secret\t%s (root %s, %s)\n", is.Secret, dash(is.Root), state)
 	}
 	r.writeControls(tw)
 	r.Next.writeText(tw)

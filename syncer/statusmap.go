@@ -432,6 +432,12 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 	}
 	rep := reportOf(r.status.gateway, r.status.rootKey, p.decision, p.rootFP, clients, 0, now)
 	rep.Targets = r.status.targets
+	if is := p.issued; is.on {
+		rep.Issuing = &IssuingStatus{Secret: is.key, Root: bundle.Short(is.action.Holds), Current: is.current}
+		if !is.current {
+			rep.Issuing.Reason = is.action.Reason
+		}
+	}
 	for _, in := range p.written.foreign {
 		rep.Attention = append(rep.Attention, "the gateway reads what dualca does not own, left as found: "+in.what)
 	}

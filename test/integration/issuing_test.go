@@ -69,10 +69,18 @@ func TestTheIssuingSecretSignsOnlyWithARootTheGatewayTrusts(t *testing.T) {
 	issuing := s.watchSecret(key, first.ResourceVersion)
 	gateway := s.watchSecret(s.gateway, s.gatewaySecret().ResourceVersion)
 
+	status := s.statusText(syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway)))
+	s.g.Eventually(status).Should(ContainSubstring("issuing secret  " + key.String() + " (root " + bundle.Short(fingerprint(r1.Cert)) + ", current root)"))
+
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
+	// While the gateway loads root-2 the issuing Secret keeps root-1, and
+	// the status says why. Seen, not timed: the wait is the propagation delay.
+	s.g.Eventually(status).Should(ContainSubstring("issuing secret  " + key.String() + " (root " + bundle.Short(fingerprint(r1.Cert)) +
+		", not the current root yet: keeps root"))
 	s.g.Eventually(issuingRoot(key)).Should(Equal("root-2"))
 	s.g.Eventually(func() float64 { return d.Gauge("dualca_issuing_secret_current") }).Should(Equal(1.0))
+	s.g.Eventually(status).Should(ContainSubstring("issuing secret  " + key.String() + " (root " + bundle.Short(fingerprint(r2.Cert)) + ", current root)"))
 
 	// The gateway Secret version that first trusted root-2, and when dualca
 	// recorded that it did.
