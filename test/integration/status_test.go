@@ -18,10 +18,11 @@ import (
 
 // TestTheStatusConfigMapIsPublishedAndObeyed: dualca publishes its status
 // to the status ConfigMap at once, writes it again only when it changes
-// (its own writes start no reconcile loop), obeys a pause set there within
-// a second though its poll is minutes away, takes a pause put on the
-// gateway Secret for nothing, and publishes again at once a ConfigMap
-// deleted by hand.
+// (its own writes start no reconcile loop), obeys a pause set there though
+// its poll is minutes away (no poll runs meanwhile: the watch did it; how
+// soon is not judged here), takes a pause put on the gateway Secret for
+// nothing, and publishes again, without a poll, a ConfigMap deleted by
+// hand.
 func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
@@ -65,11 +66,12 @@ func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 	s.g.Expect(d.Gauge("dualca_paused")).To(BeZero())
 	s.g.Expect(status()).To(HaveField("Paused", false))
 
-	// A pause on the status ConfigMap is, at once.
+	// A pause on the status ConfigMap is, at once: no poll runs meanwhile.
+	polled := d.polls()
 	s.g.Expect(k8s.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"dualca.io/paused":"true"}}}`)))).To(Succeed())
-	s.g.Eventually(func() float64 { return d.Gauge("dualca_paused") }).WithTimeout(2*time.Second).Should(Equal(1.0),
-		"obeyed within a second or so, with the poll %s away", o.PollInterval)
+	s.g.Eventually(func() float64 { return d.Gauge("dualca_paused") }).Should(Equal(1.0), "obeyed")
+	s.g.Expect(d.polls()).To(Equal(polled), "obeyed from the watch, with the poll %s away", o.PollInterval)
 	s.g.Eventually(status).Should(And(HaveField("Paused", true), HaveField("PausedAt", Not(BeNil()))))
 	writes = configMapWrites()
 	s.g.Consistently(configMapWrites).WithTimeout(2*time.Second).Should(Equal(writes), "publishing the pause starts no loop")
@@ -77,8 +79,9 @@ func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 	// Resumed the same way.
 	s.g.Expect(k8s.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"dualca.io/paused":null}}}`)))).To(Succeed())
-	s.g.Eventually(func() float64 { return d.Gauge("dualca_paused") }).WithTimeout(2 * time.Second).Should(BeZero())
+	s.g.Eventually(func() float64 { return d.Gauge("dualca_paused") }).Should(BeZero())
 	s.g.Eventually(status).Should(HaveField("Paused", false))
+	s.g.Expect(d.polls()).To(Equal(polled), "resumed from the watch")
 
 	// Deleted by hand: published again at once.
 	s.g.Expect(k8s.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})).To(Succeed())
@@ -87,5 +90,6 @@ func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(r.Phase).To(Equal(string(bundle.PhaseSteady)))
 		g.Expect(r.Attention).To(BeEmpty())
-	}).WithTimeout(3 * time.Second).Should(Succeed())
+	}).Should(Succeed())
+	s.g.Expect(d.polls()).To(Equal(polled), "published again from the watch")
 }

@@ -180,8 +180,10 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	s.g.Eventually(func() map[string]string { return s.secret(record).Annotations }).
 		Should(HaveKeyWithValue(bundle.AnnotationBundleRoots, ContainSubstring(",")), "two roots recorded")
 	s.g.Consistently(func() []string { return rootsOf(s.secret(cacert).Data["ca.crt"]) }, 3*time.Second).Should(Equal([]string{"root-1"}))
-	unfreeze()
+	// Before the policy is lifted: no write can reach the gateway before
+	// this moment.
 	let := time.Now()
+	unfreeze()
 	s.g.Eventually(func() []string { return rootsOf(s.secret(cacert).Data["ca.crt"]) }).Should(Equal([]string{"root-2", "root-1"}))
 	// The gateway Secret is written after its -cacert (the bundle first).
 	s.g.Eventually(func() map[string]string { return s.secret(s.gateway).Annotations }).
