@@ -66,6 +66,7 @@ func TestTheAPIServerAcceptsEveryRenderedObject(t *testing.T) {
 		"a bundle-only ConfigMap":      bundleOnlyConfigMap,
 		"a bundle-only nginx.org/ca":   bundleOnlyNginxCA,
 		"combined and a ConfigMap":     combinedAndAConfigMap,
+		"an issuing Secret":            combinedWithIssuing,
 	} {
 		m, err := render(t, "", values)
 		g.Expect(err).NotTo(HaveOccurred(), name)

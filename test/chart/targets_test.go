@@ -48,6 +48,11 @@ bundleSecretType: nginx.org/ca
 	combinedAndAConfigMap = minimal + `
 bundleTargets: [{kind: configmap, namespace: envoy-gateway-system, name: agents-client-ca}]
 `
+	// Istio's combined Secret, and the issuing Secret beside the root for
+	// the clients' CA Issuer (--issuing-secret).
+	combinedWithIssuing = minimal + `
+issuingSecret: {name: agents-issuing-ca}
+`
 )
 
 // targetShape is what a shape makes dualca do, and so what the chart must
@@ -171,6 +176,28 @@ var targetShapes = map[string]targetShape{
 		secrets:    []string{"istio-system/agents-gateway-credential", "dualca/agents-gateway-credential-dualca-state"},
 		configMaps: []string{"dualca/agents-gateway-credential-dualca-status", "envoy-gateway-system/agents-client-ca"},
 	},
+	"combined, and an issuing Secret beside the root (its create pinned there by the admission policy)": {
+		values: combinedWithIssuing,
+		targetArgs: []string{"--gateway-secret=istio-system/agents-gateway-credential", "--gateway-form=combined",
+			"--issuing-secret=cert-manager/agents-issuing-ca"},
+		anchor: gatewayAnchor,
+		roles: map[string][]rbacv1.PolicyRule{
+			"cert-manager":   rules(rootRules, issuingRules, eventRules),
+			"istio-system":   rules(gatewayRules, eventRules),
+			releaseNamespace: releaseRulesOf("agents-gateway-credential"),
+		},
+		secrets: []string{"istio-system/agents-gateway-credential", "dualca/agents-gateway-credential-dualca-state",
+			"cert-manager/agents-issuing-ca"},
+		configMaps: []string{"dualca/agents-gateway-credential-dualca-status"},
+	},
+}
+
+// issuingRules are the issuing Secret's rules in the root's namespace: read
+// and written by name, created (the admission policy pins the name), never
+// deleted.
+var issuingRules = []rbacv1.PolicyRule{
+	secretsNamed("agents-issuing-ca", "get", "list", "watch", "update"),
+	rule("", "secrets", "create"),
 }
 
 // TestTheTargetShapes renders each shape and checks the flags (which
@@ -383,6 +410,55 @@ func TestTheChartRefusesWhatDualcaRefuses(t *testing.T) {
 		"a bundle key with a slash": {
 			values: bundleOnlyNginxCA + "bundleKey: ca/crt\n", wantErr: "/bundleKey",
 			args: []string{"--root-secret=cert-manager/agents-root-ca", "--bundle-targets=secret:nginx-ingress/agents-client-ca", "--bundle-key=ca/crt"}, dualcaErr: "--bundle-key",
+		},
+		"an issuing Secret that is the root": {
+			values:  minimal + "issuingSecret: {name: agents-root-ca}\n",
+			wantErr: "issuingSecret.name: cert-manager/agents-root-ca is rootSecret: the issuing Secret holds the root's credential and nothing else",
+			args: []string{"--root-secret=cert-manager/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--issuing-secret=cert-manager/agents-root-ca"},
+			dualcaErr: "--issuing-secret=cert-manager/agents-root-ca is --root-secret",
+		},
+		"an issuing Secret that is the gateway Secret, beside the root": {
+			values:  oneNamespace + "issuingSecret: {name: agents-gateway-credential}\n",
+			wantErr: "issuingSecret.name: istio-system/agents-gateway-credential is gatewaySecret",
+			args: []string{"--root-secret=istio-system/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--issuing-secret=istio-system/agents-gateway-credential"},
+			dualcaErr: "is --gateway-secret",
+		},
+		"an issuing Secret that is the combined form's shadow, beside the root": {
+			values:  oneNamespace + "issuingSecret: {name: agents-gateway-credential-cacert}\n",
+			wantErr: "issuingSecret.name: istio-system/agents-gateway-credential-cacert is the Secret Istio would prefer to the combined gateway Secret's bundle",
+			args: []string{"--root-secret=istio-system/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--issuing-secret=istio-system/agents-gateway-credential-cacert"},
+			dualcaErr: "is the Secret Istio would prefer to the combined gateway Secret's bundle",
+		},
+		"an issuing Secret that is the split form's -cacert Secret, beside the root": {
+			values:  oneNamespace + "gatewaySecret: {namespace: istio-system, name: agents-gateway-credential, form: split}\nissuingSecret: {name: agents-gateway-credential-cacert}\n",
+			wantErr: "issuingSecret.name: istio-system/agents-gateway-credential-cacert is the split form's -cacert Secret",
+			args: []string{"--root-secret=istio-system/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential", "--gateway-form=split",
+				"--issuing-secret=istio-system/agents-gateway-credential-cacert"},
+			dualcaErr: "is the split form's -cacert Secret",
+		},
+		"an issuing Secret that is the record, the root in the release namespace": {
+			values: "rootSecret: {namespace: dualca, name: agents-root-ca}\ngatewaySecret: {namespace: istio-system, name: gw}\nserver: {withoutNames: true}\n" +
+				"stateSecret: {name: record}\nissuingSecret: {name: record}\n",
+			wantErr: "issuingSecret.name: dualca/record is the state Secret (stateSecret)",
+			args: []string{"--root-secret=dualca/agents-root-ca", "--gateway-secret=istio-system/gw", "--state-secret=dualca/record",
+				"--issuing-secret=dualca/record"},
+			dualcaErr: "is --state-secret",
+		},
+		"a bundle target that is the issuing Secret": {
+			values:  minimal + "issuingSecret: {name: agents-issuing-ca}\nbundleTargets: [{kind: secret, namespace: cert-manager, name: agents-issuing-ca}]\n",
+			wantErr: "bundleTargets: secret:cert-manager/agents-issuing-ca is the issuing Secret (issuingSecret): dualca writes only the bundle there",
+			args: []string{"--root-secret=cert-manager/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--issuing-secret=cert-manager/agents-issuing-ca", "--bundle-targets=secret:cert-manager/agents-issuing-ca"},
+			dualcaErr: "is --issuing-secret",
+		},
+		"an issuing Secret that is no DNS-1123 subdomain": {
+			values: minimal + "issuingSecret: {name: Issuing_CA}\n", wantErr: "/issuingSecret/name",
+			args: []string{"--root-secret=cert-manager/agents-root-ca", "--gateway-secret=istio-system/agents-gateway-credential",
+				"--issuing-secret=cert-manager/Issuing_CA"},
+			dualcaErr: "--issuing-secret",
 		},
 		"a bundle key of two dots": {
 			values: bundleOnlyNginxCA + "bundleKey: ..\n", wantErr: "/bundleKey",

@@ -149,7 +149,8 @@ func TestLint(t *testing.T) {
 	t.Parallel()
 	chart := chartDir(t)
 	for name, values := range map[string]string{"minimal": minimal, "clients and legacy": clientsLegacy, "monitoring": monitoring,
-		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxCA} {
+		"split form": splitForm, "bundle-only ConfigMap": bundleOnlyConfigMap, "bundle-only nginx.org/ca": bundleOnlyNginxCA,
+		"issuing Secret": combinedWithIssuing} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			out, err := controlplane.Helm(t, "lint", "--strict", chart, "--namespace", releaseNamespace, "-f", valuesFile(t, values))
@@ -528,6 +529,11 @@ func TestTheSchemaRejectsBadValues(t *testing.T) {
 		"a status ConfigMap name with a slash": {values: minimal + "statusConfigMap: {name: a/b}\n", wantErr: "/statusConfigMap/name"},
 		"a state Secret in another namespace":  {values: minimal + "stateSecret: {namespace: other, name: state}\n", wantErr: "'namespace' not allowed"},
 		"admission policy on as a string":      {values: minimal + "admissionPolicy: {enabled: \"no\"}\n", wantErr: "/admissionPolicy/enabled"},
+		"an upper-case issuing Secret name":    {values: minimal + "issuingSecret: {name: Issuing}\n", wantErr: "/issuingSecret/name"},
+		"an issuing Secret name with a slash":  {values: minimal + "issuingSecret: {name: cert-manager/issuing}\n", wantErr: "/issuingSecret/name"},
+		"an issuing Secret name too long":      {values: minimal + "issuingSecret: {name: " + strings.Repeat("a", 254) + "}\n", wantErr: "/issuingSecret/name"},
+		"an issuing Secret in a namespace of its own": {values: minimal + "issuingSecret: {namespace: other, name: issuing}\n",
+			wantErr: "'namespace' not allowed"},
 		"zero-downtime without server names": {values: "rootSecret: {namespace: a, name: r}\ngatewaySecret: {namespace: a, name: g}\n",
 			wantErr: "server.dnsNames or server.ipAddresses is required: they are the names clients check the gateway's certificate against (set server.withoutNames=true for a certificate with none)"},
 		"an upper-case server DNS name":   {values: minimal + "server: {dnsNames: [Gateway.example.com]}\n", wantErr: "/server/dnsNames/0"},

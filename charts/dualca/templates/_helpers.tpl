@@ -78,7 +78,9 @@ dualca.validateTargets refuses the targets dualca would refuse
 (flags.Targets.validate), with its words: a target that is the root, the
 record or the status ConfigMap, which dualca must never overwrite with a
 bundle; a -cacert Secret too long a name; a Secret type the API server
-gives required keys a bundle target does not hold.
+gives required keys a bundle target does not hold; an issuing Secret that
+is the root, the record, the gateway Secret or either -cacert Secret, or
+that a bundle target names.
 */}}
 {{- define "dualca.validateTargets" -}}
 {{- $v := .Values -}}
@@ -100,6 +102,13 @@ gives required keys a bundle target does not hold.
 {{- end -}}
 {{- with include "dualca.shadowSecret" . | fromJson -}}
 {{- $_ := set $secrets (printf "%s/%s" .namespace .name) "the Secret Istio would prefer to the combined gateway Secret's bundle (for Istio's split form set gatewaySecret.form=split)" -}}
+{{- end -}}
+{{- with include "dualca.issuingSecret" . | fromJson -}}
+{{- $key := printf "%s/%s" .namespace .name -}}
+{{- with get $secrets $key -}}
+{{- fail (printf "issuingSecret.name: %s is %s: the issuing Secret holds the root's credential and nothing else" $key .) -}}
+{{- end -}}
+{{- $_ := set $secrets $key "the issuing Secret (issuingSecret)" -}}
 {{- end -}}
 {{- $status := printf "%s/%s" .Release.Namespace (include "dualca.statusConfigMapName" .) -}}
 {{- range $t := $v.bundleTargets -}}
@@ -166,6 +175,23 @@ flags it with a Warning if it exists; {} otherwise.
 {{- define "dualca.shadowSecret" -}}
 {{- if and .Values.gatewaySecret.name (ne .Values.gatewaySecret.form "split") -}}
 {{- dict "namespace" .Values.gatewaySecret.namespace "name" (printf "%s-cacert" .Values.gatewaySecret.name) | toJson -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/*
+dualca.issuingSecret is the issuing Secret (--issuing-secret), as JSON
+{"namespace", "name"}: issuingSecret.name in the root Secret's namespace,
+the only one dualca accepts (the root's key goes nowhere it was not); {}
+when off. dualca keeps the root's credential there for the clients' CA
+Issuer, moved to a new root once the gateway trusts it: it reads it (get,
+and list/watch by name), updates it and creates it when missing; it never
+deletes it.
+*/}}
+{{- define "dualca.issuingSecret" -}}
+{{- with .Values.issuingSecret.name -}}
+{{- dict "namespace" $.Values.rootSecret.namespace "name" . | toJson -}}
 {{- else -}}
 {}
 {{- end -}}
@@ -295,6 +321,9 @@ test/chart checks the two agree.
 - --bundle-targets={{ range $i, $t := . }}{{ if $i }},{{ end }}{{ $t.kind }}:{{ $t.namespace }}/{{ $t.name }}{{ end }}
 - --bundle-key={{ $v.bundleKey }}
 - --bundle-secret-type={{ $v.bundleSecretType }}
+{{- end }}
+{{- with include "dualca.issuingSecret" . | fromJson }}
+- --issuing-secret={{ .namespace }}/{{ .name }}
 {{- end }}
 - --state-secret={{ .Release.Namespace }}/{{ include "dualca.stateSecretName" . }}
 - --status-configmap={{ .Release.Namespace }}/{{ include "dualca.statusConfigMapName" . }}
