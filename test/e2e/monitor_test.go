@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/monitor"
 )
 
@@ -71,13 +72,71 @@ func (w watcher) stormRegressions() []string {
 	return out
 }
 
+// gatewayLoad is when the scenario's gateway loaded a root that dualca
+// moved clients to: after the gateway Secret named it (lag) and before the
+// gateway Secret said Renewing for it (margin: what the propagation delay
+// left; negative when clients were moved before the gateway could verify
+// them).
+type gatewayLoad struct {
+	root        string
+	loaded      bool
+	lag, margin time.Duration
+}
+
+// gatewayLoads are the loads of every root the gateway Secret said
+// Renewing for, in the order the root Secret held them. The Renewing
+// version comes before any client is moved (dualca triggers renewals only
+// once it is written) and a propagation delay after the version that named
+// the root: the time the gateway is given to load it.
+func (s *scenario) gatewayLoads() []gatewayLoad {
+	var out []gatewayLoad
+	for _, root := range s.watch.Roots() {
+		fp := bundle.Fingerprint(root)
+		renewing := s.watch.FirstSeen("phase " + string(bundle.PhaseRenewing) + " " + fp)
+		if renewing.IsZero() {
+			continue
+		}
+		l := gatewayLoad{root: bundle.Short(fp)}
+		if loaded := s.gateway.RootLoaded(fp); !loaded.IsZero() {
+			l.loaded = true
+			l.lag = loaded.Sub(s.watch.FirstSeen("bundle " + fp)).Round(time.Millisecond)
+			l.margin = renewing.Sub(loaded).Round(time.Millisecond)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// logGatewayLoads logs how long the gateway took to load each root dualca
+// moved clients to, and the margin the propagation delay left: the
+// information that tells a gateway slower than the delay (the machine)
+// from a dualca that moved clients too soon.
+func (s *scenario) logGatewayLoads() {
+	for _, l := range s.gatewayLoads() {
+		if !l.loaded {
+			s.t.Logf("gateway load of %s: never loaded, yet dualca moved clients to it", l.root)
+			continue
+		}
+		s.t.Logf("gateway load of %s: %v after the gateway Secret named it, %v before dualca moved clients to it (the running dualca's propagation delay: %v)",
+			l.root, l.lag, l.margin, s.propagationDelay)
+	}
+}
+
 // expectStrictlyClean asserts what the monitor and the TLS endpoints saw
 // besides the handshakes: every gateway version was usable and kept the
 // invariants, the gateway Secret was deleted exactly deletions times (as
 // seen by the monitor and by the gateway), no gateway or client version
-// failed to load, and every race was resolved within maxRace.
+// failed to load, every race was resolved within maxRace, and the gateway
+// had loaded every root before dualca moved a client to it (the invariant
+// the propagation delay exists for; how long the load took is logged, not
+// judged).
 func (s *scenario) expectStrictlyClean(deletions int) {
 	s.t.Helper()
+	for _, l := range s.gatewayLoads() {
+		s.g.Expect(l.loaded).To(BeTrue(), "the gateway loaded %s, which dualca moved clients to", l.root)
+		s.g.Expect(l.margin).To(BeNumerically(">", 0),
+			"the gateway loaded %s (%v after the gateway Secret named it) before dualca moved clients to it, a propagation delay later (the running dualca's: %v)", l.root, l.lag, s.propagationDelay)
+	}
 	r := s.watch.Result()
 	gw, f := s.gateway.Stats(), s.fleet.Stats()
 	s.t.Logf("monitor: %d gateway versions, %d deletions, %d violations, %d races (longest %v), %d checks failed by clients broken on purpose, %d by clients left behind by the legacy strategy; gateway load errors %d, deletions %d; client load errors %d",
