@@ -16,8 +16,10 @@ import (
 // dualca's issuing Secret instead, the Issuer signs with a root the
 // gateway trusts: the issuing Secret moves to the current root only once
 // the gateway has had the propagation delay to load it (the phase is past
-// Bundle), the moment dualca starts moving clients to it, and never while
-// the operator holds the rotation.
+// Bundle), the moment dualca starts moving clients to it, and not while
+// the operator holds the rotation. Holding a root the gateway's bundle no
+// longer holds (or an expired one), it moves at once: it would sign leaves
+// nobody accepts.
 //
 // Provenance: the issuing Secret is written only with the root Secret's own
 // tls.crt, tls.key and ca.crt, read and validated in the same reconcile,
@@ -56,6 +58,29 @@ type IssuingFound struct {
 	Invalid error
 }
 
+// ReadIssuing reads the issuing Secret's fields as found. Its certificate
+// is validated within its own validity period, so that a root dualca wrote
+// there that has expired, or is not valid yet by a clock that went back,
+// reads as that root (the rule decides what its dates mean), and only a
+// credential that is no CA at all, or a key that is not its certificate's,
+// reads as unusable.
+func ReadIssuing(certPEM, keyPEM, caPEM []byte, now time.Time) IssuingFound {
+	at := now
+	if certs, err := ParseCertificates("tls.crt", certPEM); err == nil {
+		switch c := certs[0]; {
+		case at.After(c.NotAfter):
+			at = c.NotAfter
+		case at.Before(c.NotBefore):
+			at = c.NotBefore
+		}
+	}
+	root, err := ValidateRoot(certPEM, keyPEM, caPEM, at)
+	if err != nil {
+		return IssuingFound{Exists: true, Invalid: err}
+	}
+	return IssuingFound{Exists: true, Root: root}
+}
+
 // Issuing decides what the issuing Secret holds after decision d, made from
 // the current root. Pure, like Plan, so the model test can check that no
 // client is ever issued from a root the gateway was not given time to trust.
@@ -90,14 +115,15 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 		wait.Reason = "keeps root " + describe(held.Cert) + " while " + wait.Reason
 	}
 	switch {
+	case held != nil && !Contains(decisionRoots(d), held.Cert):
+		// Paused or not: it would sign leaves the gateway refuses.
+		current.Reason = "the issuing secret's root " + describe(held.Cert) + " is no longer trusted by the gateway"
+		return current
 	case !d.State.PausedAt.IsZero():
 		wait.Reason += " (rotation paused)"
 		return wait
 	case gatewayTrusts(d, root.Cert, now):
 		current.Reason = "the gateway has trusted root " + describe(root.Cert) + " for the propagation delay"
-		return current
-	case held != nil && !Contains(decisionRoots(d), held.Cert):
-		current.Reason = "the issuing secret's root " + describe(held.Cert) + " is no longer trusted by the gateway"
 		return current
 	}
 	return wait

@@ -102,6 +102,15 @@ type model struct {
 	// leaf profile: leaves issued again, forced switches for a leaf's end,
 	// profile changes
 	reissues, leafForced, profileChanges int
+	// The issuing Secret (issuing.go), in some histories: the clients'
+	// Issuer signs with issuingCA (nil while absent: the Issuer waits)
+	// instead of the root of the moment. issuingMoves counts dualca's
+	// writes of it, issuingForced those the rule makes before the gateway
+	// trusts the root (the root held expired, retired or foreign), and
+	// issuedFromIssuing the clients it signed.
+	issuingOn                                            bool
+	issuingCA                                            *certs.CA
+	issuingMoves, issuingForced, issuedFromIssuing, held int
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -123,6 +132,9 @@ func newModel(t *testing.T, seed uint64) *model {
 		m.issue(c)
 		m.clients = append(m.clients, c)
 	}
+	// From now on, in a third of the histories, the clients' Issuer reads
+	// dualca's issuing Secret instead of the root Secret.
+	m.issuingOn = seed%3 == 1
 	return m
 }
 
@@ -163,8 +175,20 @@ func (m *model) rotate() {
 func (m *model) issue(c *modelClient) {
 	life := time.Duration(10+m.rng.IntN(120)) * time.Minute
 	issuer := m.root
-	if c.impostor != nil {
+	switch {
+	case c.impostor != nil:
 		issuer = c.impostor
+	case m.issuingOn && m.issuingCA == nil:
+		return // the Issuer's Secret is absent: it waits, and the client with it
+	case m.issuingOn:
+		issuer = m.issuingCA
+		m.issuedFromIssuing++
+		// 12. a client issued from the issuing Secret gets a leaf from a
+		// root the objects the gateway reads hold (or from a CA a hostile
+		// writer put there, which dualca trusts nowhere: provenance).
+		foreign := m.attackerKeys[string(issuer.Cert.RawSubjectPublicKeyInfo)]
+		m.check(m.legacy || foreign || m.written == nil || bundle.Contains(m.written, issuer.Cert),
+			"invariant 12: %s issued from the issuing Secret's %s, which the gateway's bundle does not hold", c.name, issuer.Cert.Subject.CommonName)
 	}
 	leaf, _, _, err := issuer.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
 	if err != nil {
@@ -236,6 +260,9 @@ func (m *model) reconcile() {
 		m.wrote(d.CAPEM)
 	}
 	m.checkProvenance(prev, d, root)
+	if m.issuingOn && !m.writesFail {
+		m.syncIssuing(d, root)
+	}
 	if m.legacy {
 		m.check(string(m.gw.CAPEM) == string(root.CAPEM) && string(m.gw.CertPEM) == string(root.CertPEM) &&
 			string(m.gw.KeyPEM) == string(root.KeyPEM), "legacy: the gateway is a plain copy of the root")
@@ -283,6 +310,47 @@ func (m *model) reconcile() {
 	m.check(string(next.CAPEM) == string(m.gw.CAPEM) && string(next.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(next.State.Annotations(), m.annots), "a second decision on the same world writes nothing: %v then %v", credentialShape(m.gw.CertPEM), credentialShape(next.CertPEM))
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
+}
+
+// syncIssuing is the syncer's issuing step, after the targets are
+// written: the rule decides, and a write puts the root Secret's credential
+// there. Invariant 12: a move to a root the issuing Secret did not hold,
+// from a root the gateway still trusts, comes once the objects the gateway
+// reads have held that root for the propagation delay (or since their
+// first bundle, or the server is on it already); the rule moves earlier
+// only off a root that is expired, retired or foreign, which signs nothing
+// a gateway accepts anyway.
+func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
+	found := bundle.IssuingFound{}
+	if ca := m.issuingCA; ca != nil {
+		found = bundle.ReadIssuing(ca.CertPEM, ca.KeyPEM, ca.CertPEM, m.now)
+	}
+	a := bundle.Issuing(found, d, root, m.now)
+	m.check(a.Holds == "" || a.Write || (found.Root != nil && a.Holds == found.Root.Fingerprint), "issuing: holds what it found unless it writes")
+	if !a.Write {
+		if found.Root != nil && found.Root.Fingerprint != root.Fingerprint {
+			m.held++
+		}
+		return
+	}
+	m.check(a.Holds == root.Fingerprint, "issuing: a write puts the current root there")
+	prev := found.Root
+	m.issuingCA = m.root
+	m.issuingMoves++
+	if m.legacy || (prev != nil && prev.Fingerprint == root.Fingerprint) {
+		return
+	}
+	usable := prev != nil && !a.Tampered && !m.now.After(prev.Cert.NotAfter) && slices.ContainsFunc(m.written, func(c *x509.Certificate) bool { return sameCert(c, prev.Cert) })
+	if prev != nil && !usable {
+		m.issuingForced++
+		return
+	}
+	if d.State.Server == root.Fingerprint {
+		return // the server is on the root already (a first install, a forced switch), as for invariant 8
+	}
+	at, ok := m.writtenAt[root.Fingerprint]
+	m.check(m.bornWith[root.Fingerprint] || (ok && !m.now.Before(at.Add(m.timings.TrustPropagationDelay))),
+		"invariant 12: the issuing Secret moved to %s, in the gateway's bundle since %v (written: %v), now %v, phase %s: %s", root.Cert.Subject.CommonName, at, ok, m.now, d.State.Phase, a.Reason)
 }
 
 // lagging is what the syncer tells the decision: the objects the gateway
@@ -602,7 +670,7 @@ func (m *model) attack() {
 	if m.annots == nil {
 		m.annots = map[string]string{}
 	}
-	switch m.rng.IntN(4) {
+	switch m.rng.IntN(5) {
 	case 0:
 		// A CA of one's own in ca.crt, the recorded hash and roots made to match.
 		m.gw.CAPEM = append(slices.Clone(m.gw.CAPEM), impostor.CertPEM...)
@@ -623,6 +691,15 @@ func (m *model) attack() {
 		m.gw.CAPEM = append(slices.Clone(m.gw.CAPEM), impostor.CertPEM...)
 		delete(m.annots, bundle.AnnotationStrategy)
 		m.trace = append(m.trace, "attack: strategy annotation removed, impostor CA in ca.crt")
+	case 3:
+		if !m.issuingOn {
+			return
+		}
+		// A CA of one's own in the issuing Secret: cert-manager signs with
+		// it until dualca writes the root over it.
+		m.issuingCA = impostor
+		m.trace = append(m.trace, "attack: impostor CA in the issuing Secret")
+		return
 	default:
 		// An Issuer on a CA with the root's subject signs a selected
 		// client's Certificate in a namespace the attacker may edit.
@@ -884,6 +961,15 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.reissues += m.reissues
 		total.leafForced += m.leafForced
 		total.profileChanges += m.profileChanges
+		total.issuingMoves += m.issuingMoves
+		total.issuingForced += m.issuingForced
+		total.issuedFromIssuing += m.issuedFromIssuing
+		total.held += m.held
+	}
+	t.Logf("issuing Secret: %d writes, %d forced before the gateway trusted the root (held root expired, retired or foreign), %d decisions kept an older root, %d clients issued from it",
+		total.issuingMoves, total.issuingForced, total.held, total.issuedFromIssuing)
+	if total.issuingMoves == 0 || total.held == 0 || total.issuedFromIssuing == 0 || total.issuingForced == 0 {
+		t.Fatalf("the random histories missed an issuing branch: writes=%d forced=%d held=%d issued=%d", total.issuingMoves, total.issuingForced, total.held, total.issuedFromIssuing)
 	}
 	t.Logf("server leaf: %d issued again from the same root, %d switches forced by a leaf's end, %d profile changes",
 		total.reissues, total.leafForced, total.profileChanges)

@@ -78,23 +78,13 @@ func (s *gatewayStore) syncIssuing(ctx context.Context, fresh bool, d bundle.Dec
 	return out, nil
 }
 
-// issuingFound is the issuing Secret obj (nil: absent) as the rule reads
-// it. A root that has expired is validated as of its last valid moment, so
-// that an old root dualca wrote there reads as expired, not as a foreign CA.
+// issuingFound is the issuing Secret obj (nil: absent) as the rule reads it.
 func issuingFound(obj client.Object, now time.Time) bundle.IssuingFound {
 	if obj == nil {
 		return bundle.IssuingFound{}
 	}
 	data := dataOf(obj)
-	at := now
-	if certs, err := bundle.ParseCertificates(corev1.TLSCertKey, data[corev1.TLSCertKey]); err == nil && now.After(certs[0].NotAfter) {
-		at = certs[0].NotAfter
-	}
-	root, err := bundle.ValidateRoot(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data[caKey], at)
-	if err != nil {
-		return bundle.IssuingFound{Exists: true, Invalid: err}
-	}
-	return bundle.IssuingFound{Exists: true, Root: root}
+	return bundle.ReadIssuing(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data[caKey], now)
 }
 
 // issuingSecretOf is found (nil: absent) made to hold root's credential as
