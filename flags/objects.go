@@ -99,7 +99,7 @@ func (o *Objects) addClientFlags(fs *flag.FlagSet, selectorHelp string) {
 			"(no Secret is read). With other client flags, all must match.")
 	fs.StringVar(&o.clientIssuer, "client-issuer", o.clientIssuer,
 		"The issuer of the client Certificates, ClusterIssuer/NAME or Issuer/NAME (an Issuer in the root Secret's namespace), or KIND.GROUP/NAME: "+
-			"every Certificate whose spec.issuerRef names it is a client. It must be the CA issuer of the root Secret (checked at start). "+
+			"every Certificate whose spec.issuerRef names it is a client. It must be the CA issuer of the root Secret, or of --issuing-secret (checked at start). "+
 			"With other client flags, all must match.")
 	fs.StringVar(&o.clientNamespaces, "client-namespaces", o.clientNamespaces,
 		"Comma-separated namespaces of the client Certificates (default: the gateway Secret's namespace).")

@@ -57,7 +57,7 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// Uncached, before anything runs: a wrong issuer fails the start.
 		ctx, cancel := context.WithTimeout(context.Background(), issuerCheckTimeout)
 		defer cancel()
-		if err := CheckIssuer(ctx, mgr.GetAPIReader(), *o.ClientIssuer, o.RootSecret, o.Logger); err != nil {
+		if err := CheckIssuer(ctx, mgr.GetAPIReader(), *o.ClientIssuer, o.RootSecret, o.IssuingSecret, o.Logger); err != nil {
 			return nil, err
 		}
 	}

@@ -269,8 +269,9 @@ func TestAClientOfTheIssuerSignedByAnotherCAGetsNoRootTrusted(t *testing.T) {
 }
 
 // TestTheIssuerIsCheckedAtStart: the issuer that selects clients must be a
-// CA issuer of the root Secret's name; another is refused, one not found
-// (created after dualca) is let through.
+// CA issuer of the root Secret's name, or of the issuing Secret's when
+// dualca keeps one; another is refused, one not found (created after
+// dualca) is let through.
 func TestTheIssuerIsCheckedAtStart(t *testing.T) {
 	t.Parallel()
 	scheme, err := Scheme()
@@ -285,6 +286,7 @@ func TestTheIssuerIsCheckedAtStart(t *testing.T) {
 		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "good"}, Spec: ca("root-ca")},
 		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: "elsewhere"}, Spec: ca("root-ca")},
 		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "other-secret"}, Spec: ca("web-ca")},
+		&cmapi.Issuer{ObjectMeta: metav1.ObjectMeta{Namespace: "cert-manager", Name: "on-issuing"}, Spec: ca("root-ca-issuing")},
 		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "good"}, Spec: ca("root-ca")},
 		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "self"},
 			Spec: cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}}},
@@ -296,10 +298,18 @@ func TestTheIssuerIsCheckedAtStart(t *testing.T) {
 		}
 		return r
 	}
+	issuing := types.NamespacedName{Namespace: root.Namespace, Name: "root-ca-issuing"}
 	tests := map[string]struct {
 		ref     IssuerRef
+		issuing types.NamespacedName
 		wantErr string
 	}{
+		"a CA Issuer of the issuing Secret, which dualca keeps":           {ref: issuer("Issuer", "on-issuing"), issuing: issuing},
+		"a CA Issuer of the root Secret, with an issuing Secret kept too": {ref: issuer("Issuer", "good"), issuing: issuing},
+		"a CA Issuer of a Secret named as an issuing Secret dualca does not keep": {ref: issuer("Issuer", "on-issuing"),
+			wantErr: `signs with secret "root-ca-issuing", not the root secret "root-ca"`},
+		"an Issuer signing with another Secret, with an issuing Secret kept": {ref: issuer("Issuer", "other-secret"), issuing: issuing,
+			wantErr: `not the root secret "root-ca" or the issuing secret "root-ca-issuing"`},
 		"a CA Issuer of the root Secret":                             {ref: issuer("Issuer", "good")},
 		"a CA ClusterIssuer of the root Secret's name":               {ref: issuer("ClusterIssuer", "good")},
 		"an Issuer signing with another Secret":                      {ref: issuer("Issuer", "other-secret"), wantErr: `signs with secret "web-ca", not the root secret "root-ca"`},
@@ -310,7 +320,7 @@ func TestTheIssuerIsCheckedAtStart(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := CheckIssuer(context.Background(), api, tc.ref, root, logr.Discard())
+			err := CheckIssuer(context.Background(), api, tc.ref, root, tc.issuing, logr.Discard())
 			if tc.wantErr == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
