@@ -249,15 +249,18 @@ func gatewayOfRecord(rec *corev1.Secret, credential client.Object, known []*x509
 
 // examine compares the targets found with the record. tampered is "" when
 // each is the one the record describes, or the one it replaced (a write
-// that did not follow the record's) still at the version dualca left it
-// at: left holds those versions by target, none where dualca knows none
-// (after a restart); the one replaced, written again by someone else, is a replay
-// and tampered. Else tampered names the parts that differ, never showing
-// them. meant are the digests of the targets found that are not tampered
-// with, by target, for the record's next write. Each target is digested
-// once, here.
-func examine(ts []*targetState, found []client.Object, left map[string]string, rec *corev1.Secret) (tampered string, meant map[string]string) {
-	meant = map[string]string{}
+// that did not follow the record's) still holding what dualca last left
+// it holding: left holds those digests by target, none where dualca knows
+// none (after a restart). The one replaced, written back by someone else
+// after dualca had moved it on, is a replay, and tampered; others' writes
+// of what dualca does not own (a conflict storm of annotations on a
+// target whose update keeps failing) change nothing of that. Else
+// tampered names the parts that differ, never showing them. meant are the
+// digests of the targets found that are not tampered with, by target, for
+// the record's next write; seen those of every target found. Each target
+// is digested once, here.
+func examine(ts []*targetState, found []client.Object, left map[string]string, rec *corev1.Secret) (tampered string, meant, seen map[string]string) {
+	meant, seen = map[string]string{}, map[string]string{}
 	digests, previous := recordDigests(rec, ts, false), recordDigests(rec, ts, true)
 	var changed []string
 	for i, t := range ts {
@@ -265,7 +268,8 @@ func examine(ts []*targetState, found []client.Object, left map[string]string, r
 			continue
 		}
 		digest := t.digest(found[i])
-		untouched := left[t.id()] == "" || left[t.id()] == found[i].GetResourceVersion()
+		seen[t.id()] = digest
+		untouched := left[t.id()] == "" || left[t.id()] == digest
 		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] && untouched {
 			meant[t.id()] = digest
 			continue
@@ -281,7 +285,7 @@ func examine(ts []*targetState, found []client.Object, left map[string]string, r
 		}
 	}
 	slices.Sort(changed)
-	return strings.Join(slices.Compact(changed), ", "), meant
+	return strings.Join(slices.Compact(changed), ", "), meant, seen
 }
 
 // recordState is the dualca annotations of the record that the primary

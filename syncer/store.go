@@ -71,6 +71,12 @@ type targetState struct {
 	// ownVersion is the resourceVersion of dualca's last write, read by
 	// the watch's predicate on the informer's goroutine.
 	ownVersion atomic.Pointer[string]
+	// seen is the digest (target.digest) of what dualca owns in it, as
+	// dualca last read or wrote it; "" when it knows none (absent, or
+	// since a start). Unlike rv, others' writes of what dualca does not
+	// own (a label, an annotation of theirs) leave it alone: they do not
+	// make a target that a refused write left in place someone else's.
+	seen string
 }
 
 // ownWrite reports whether obj is the version dualca wrote last: the
@@ -192,9 +198,9 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 		return gatewayRead{}, err
 	}
 	read := gatewayRead{found: make([]client.Object, len(s.targets))}
-	left := map[string]string{} // the versions dualca last left the targets at
+	left := map[string]string{} // what dualca last left the targets holding
 	for i, t := range s.targets {
-		left[t.id()] = t.rv
+		left[t.id()] = t.seen
 		if read.found[i], err = s.readTarget(ctx, t, fresh); err != nil {
 			return gatewayRead{}, err
 		}
@@ -207,7 +213,11 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 	} else if shadow != nil {
 		read.foreign = append(read.foreign, foreignInput{what: s.targets[0].id() + ": shadowed by " + KindSecret + "/" + s.shadow.String(), object: shadow})
 	}
-	read.tampered, read.meant = examine(s.targets, read.found, left, rec)
+	var seen map[string]string
+	read.tampered, read.meant, seen = examine(s.targets, read.found, left, rec)
+	for _, t := range s.targets {
+		t.seen = seen[t.id()]
+	}
 	credential := s.credential(read.found)
 	switch {
 	case rec != nil:
@@ -394,11 +404,13 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 		return written{}, err
 	}
 	for _, i := range s.writeOrder() {
-		wrote, err := s.writeTarget(ctx, s.targets[i], read.found[i], desired[i])
+		t := s.targets[i]
+		wrote, err := s.writeTarget(ctx, t, read.found[i], desired[i])
 		if err != nil {
 			return written{}, err
 		}
 		if wrote {
+			t.seen = digests[t.id()]
 			w.wrote = true
 			if i == 0 {
 				w.object = desired[0]
