@@ -59,10 +59,11 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 .PHONY: test
 test: control-plane cert-manager helm promtool prometheus image-tools gateway-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/gateways$$')
-	@# The gateway suite runs alone: its gateways and client processes beside
-	@# the e2e suite starved cert-manager on two cores (roots and clients not
-	@# issued within the suites' waits).
-	$(GO) test -count=1 -timeout 15m ./test/gateways/
+	@# The gateway suite runs alone, six scenarios at a time: its gateways and
+	@# client processes beside the e2e suite, or all twelve scenarios at once,
+	@# starved cert-manager on two cores (roots and clients not issued within
+	@# the suite's waits).
+	$(GO) test -count=1 -timeout 20m -parallel 6 ./test/gateways/
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
