@@ -365,7 +365,9 @@ func (s *scenario) check() {
 		s.t.Logf("%s × %s, %s, %s root, %s: %d handshakes, %d failed %v; %d loads of the client's files read again after a swap", p.Gateway, p.Stack, shortName(s.shape.Name), s.alg.Name, strategyName(s.legacy), st.Attempts, st.Failures, st.Errors, st.TornLoads)
 		results.add(row{Gateway: p.Gateway, Stack: p.Stack, Shape: s.shape.Name, Algorithm: s.alg.Name},
 			s.legacy, cell{Handshakes: st.Attempts, Failed: st.Failures, Rotations: *rotations, Refused: s.servers[p.Gateway].Refused()})
-		s.g.Expect(st.Attempts).To(BeNumerically(">=", 10*(*rotations)), "%s × %s handshook throughout", p.Gateway, p.Stack)
+		// At one handshake every 2 s, a legacy rotation that converges in
+		// ten seconds gives five: the floor says the pair kept handshaking.
+		s.g.Expect(st.Attempts).To(BeNumerically(">=", 5*(*rotations)), "%s × %s handshook throughout", p.Gateway, p.Stack)
 		if s.legacy {
 			s.g.Expect(st.Failures).To(BeNumerically(">", 0), "the legacy strategy cut %s × %s off", p.Gateway, p.Stack)
 		} else {
