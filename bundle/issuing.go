@@ -95,7 +95,7 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 		current.Tampered = true
 		current.Reason = "the issuing secret holds no usable CA (" + errString(found.Invalid) + "); root " + describe(root.Cert) + " written over it"
 		return current
-	case held != nil && !knownRoot(d, held.Cert):
+	case held != nil && !Contains(d.Known, held.Cert):
 		current.Tampered = true
 		current.Reason = "the issuing secret held CA " + describe(held.Cert) + ", never read from the root Secret; root " + describe(root.Cert) + " written over it"
 		return current
@@ -115,7 +115,7 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 		wait.Reason = "keeps root " + describe(held.Cert) + " while " + wait.Reason
 	}
 	switch {
-	case held != nil && !Contains(decisionRoots(d), held.Cert):
+	case held != nil && !Contains(d.Roots, held.Cert):
 		// Paused or not: it would sign leaves the gateway refuses.
 		current.Reason = "the issuing secret's root " + describe(held.Cert) + " is no longer trusted by the gateway"
 		return current
@@ -129,25 +129,12 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 	return wait
 }
 
-// gatewayTrusts reports whether d has the gateway trust root and past the
-// wait for it to load it: the phase has left Bundle, and root is valid.
+// gatewayTrusts reports whether the zero-downtime decision d has the
+// gateway trust root past the wait for it to load it: the phase has left
+// Bundle (Plan puts the current root in every bundle), and root is valid
+// (the phase leaves Bundle early for a root the server already presents).
 func gatewayTrusts(d Decision, root *x509.Certificate, now time.Time) bool {
-	return d.State.Phase != PhaseBundle && d.State.Phase != "" && !notYetValid(root, now) && Contains(decisionRoots(d), root)
-}
-
-// knownRoot reports whether c is one of the roots d remembers reading from
-// the root Secret.
-func knownRoot(d Decision, c *x509.Certificate) bool {
-	return Contains(d.Known, c)
-}
-
-// decisionRoots are the roots of d's bundle.
-func decisionRoots(d Decision) []*x509.Certificate {
-	if d.Roots != nil {
-		return d.Roots
-	}
-	roots, _ := ParseCertificates("ca.crt", d.CAPEM)
-	return roots
+	return d.State.Phase != PhaseBundle && !notYetValid(root, now)
 }
 
 // sameCredential reports whether a and b hold the same bytes in tls.crt,

@@ -35,10 +35,10 @@ const ReasonIssuingSecretMoved = "IssuingSecretMoved"
 // found holding what dualca never writes there, and written over.
 const ReasonIssuingSecretTampered = "IssuingSecretTampered"
 
-// issued is what the issuing rule decided and the store did of it.
+// issued is what the issuing rule decided and the store did of it; its
+// zero value when no issuing Secret is kept.
 type issued struct {
-	// on: an issuing Secret is kept at all; key names it.
-	on     bool
+	// key names the issuing Secret; "" when there is none.
 	key    string
 	action bundle.IssuingAction
 	// wrote: the issuing Secret was created or updated.
@@ -46,9 +46,10 @@ type issued struct {
 	// object is the issuing Secret as found (nil when absent), the object
 	// its events relate to.
 	object client.Object
-	// current: after the action, it holds the current root.
-	current bool
 }
+
+// current reports whether, after the action, it holds the root rootFP.
+func (is issued) current(rootFP string) bool { return is.action.Holds == rootFP }
 
 // issuingTarget is the target the issuing Secret is, for the store's
 // reads and writes.
@@ -67,8 +68,8 @@ func (s *gatewayStore) syncIssuing(ctx context.Context, fresh bool, d bundle.Dec
 		return issued{}, err
 	}
 	now := s.clock.Now()
-	a := bundle.Issuing(issuingFound(found, now), d, root, now)
-	out := issued{on: true, key: s.issuing.key.String(), action: a, object: found, current: a.Holds == root.Fingerprint}
+	a := bundle.Issuing(s.issuingFound(found, now), d, root, now)
+	out := issued{key: s.issuing.key.String(), action: a, object: found}
 	if !a.Write {
 		return out, nil
 	}
@@ -78,13 +79,22 @@ func (s *gatewayStore) syncIssuing(ctx context.Context, fresh bool, d bundle.Dec
 	return out, nil
 }
 
-// issuingFound is the issuing Secret obj (nil: absent) as the rule reads it.
-func issuingFound(obj client.Object, now time.Time) bundle.IssuingFound {
+// issuingFound is the issuing Secret obj (nil: absent) as the rule reads
+// it. What ReadIssuing makes of a version does not depend on the time (it
+// validates a root within its own dates), so it is read once per
+// resourceVersion: the reconciles of a rotation, and the polls, find the
+// version dualca wrote or last read, and parse and check no key again.
+func (s *gatewayStore) issuingFound(obj client.Object, now time.Time) bundle.IssuingFound {
 	if obj == nil {
 		return bundle.IssuingFound{}
 	}
+	if rv := obj.GetResourceVersion(); rv != "" && rv == s.issuingRead.rv {
+		return s.issuingRead.found
+	}
 	data := dataOf(obj)
-	return bundle.ReadIssuing(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data[caKey], now)
+	found := bundle.ReadIssuing(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey], data[caKey], now)
+	s.issuingRead.rv, s.issuingRead.found = obj.GetResourceVersion(), found
+	return found
 }
 
 // issuingSecretOf is found (nil: absent) made to hold root's credential as
@@ -113,26 +123,25 @@ func issuingSecretOf(found client.Object, key types.NamespacedName, root *bundle
 // what dualca never put there, an event when the Secret moved to another
 // root, the gauge, and a debug line while it waits.
 func (r *reporter) issuing(ctx context.Context, gateway client.Object, is issued, rootFP string) {
-	if !is.on {
+	if is.key == "" {
 		return
 	}
-	r.metrics.issuingCurrent.WithLabelValues(is.key).Set(boolGauge(is.current))
+	r.metrics.issuingCurrent.WithLabelValues(is.key).Set(boolGauge(is.current(rootFP)))
 	log := logf.FromContext(ctx)
 	if !is.wrote {
-		if !is.current {
+		if !is.current(rootFP) {
 			log.V(1).Info("issuing secret waits", "reason", is.action.Reason)
 		}
 		return
 	}
-	var related runtime.Object
-	if is.object != nil {
-		related = is.object
+	if is.action.Tampered {
+		r.metrics.tampered.Inc()
 	}
 	if gateway == nil {
 		return
 	}
+	related := runtime.Object(is.object) // nil when it was created
 	if is.action.Tampered {
-		r.metrics.tampered.Inc()
 		r.recorder.Eventf(gateway, related, corev1.EventTypeWarning, ReasonIssuingSecretTampered, "Sync",
 			"issuing secret was changed outside dualca: %s", is.action.Reason)
 	} else {

@@ -432,9 +432,9 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 	}
 	rep := reportOf(r.status.gateway, r.status.rootKey, p.decision, p.rootFP, clients, 0, now)
 	rep.Targets = r.status.targets
-	if is := p.issued; is.on {
-		rep.Issuing = &IssuingStatus{Secret: is.key, Root: bundle.Short(is.action.Holds), Current: is.current}
-		if !is.current {
+	if is := p.issued; is.key != "" {
+		rep.Issuing = &IssuingStatus{Secret: is.key, Root: bundle.Short(is.action.Holds), Current: is.current(p.rootFP)}
+		if !rep.Issuing.Current {
 			rep.Issuing.Reason = is.action.Reason
 		}
 	}

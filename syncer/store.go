@@ -36,7 +36,12 @@ type gatewayStore struct {
 	// targets are the objects written (targets.go), the primary first.
 	targets []*targetState
 	// issuing is the issuing Secret (issuing.go); nil when there is none.
-	issuing *targetState
+	// issuingRead is what the issuing rule made of its version rv.
+	issuing     *targetState
+	issuingRead struct {
+		rv    string
+		found bundle.IssuingFound
+	}
 	// shadow is a Secret that would shadow the gateway's bundle (see
 	// Options.shadowKey); its zero key when there is none to watch.
 	shadow      types.NamespacedName
