@@ -287,15 +287,14 @@ func (m *model) reconcile() {
 	// written after the record. A client on a root the gateway does not
 	// trust, or that does not trust the root the server moved to (a forced
 	// switch), cannot be broken further, and is moved at once.
-	at, ok := m.writtenAt[root.Fingerprint]
 	for _, c := range m.clients {
-		if before == nil || m.bornWith[root.Fingerprint] || m.gw.State.Server == root.Fingerprint {
-			break // the gateway got the root with its first bundle, or the server is on the root already
+		if before == nil {
+			break // the gateway gets the root with its first bundle
 		}
 		works := slices.ContainsFunc(before, func(r *x509.Certificate) bool { return m.signatures.ChainsTo(c.leaf, r) })
 		if works && slices.Contains(d.Renew, c.name) && !m.signatures.ChainsTo(c.leaf, root.Cert) {
-			m.check(ok && !m.now.Before(at.Add(m.timings.TrustPropagationDelay)),
-				"invariant 8: %s renewed onto %s, in the gateway's bundle since %v (written: %v), now %v", c.name, root.Cert.Subject.CommonName, at, ok, m.now)
+			ok, since := m.gatewayHadTime(root.Fingerprint)
+			m.check(ok, "invariant 8: %s renewed onto %s, %s, now %v", c.name, root.Cert.Subject.CommonName, since, m.now)
 		}
 	}
 	for _, name := range d.Renew {
@@ -345,12 +344,22 @@ func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
 		m.issuingForced++
 		return
 	}
-	if d.State.Server == root.Fingerprint {
-		return // the server is on the root already (a first install, a forced switch), as for invariant 8
+	ok, since := m.gatewayHadTime(root.Fingerprint)
+	m.check(ok, "invariant 12: the issuing Secret moved to %s, %s, now %v, phase %s: %s", root.Cert.Subject.CommonName, since, m.now, d.State.Phase, a.Reason)
+}
+
+// gatewayHadTime reports whether dualca may depend on the gateway trusting
+// the root fp (invariants 8 and 12): the objects the gateway reads have
+// held it for the propagation delay, or got it with their first bundle,
+// or the server presents it already (a first install, a forced switch).
+// since says when they first held it, for a message.
+func (m *model) gatewayHadTime(fp string) (ok bool, since string) {
+	at, written := m.writtenAt[fp]
+	since = fmt.Sprintf("in the gateway's bundle since %v (written: %v)", at, written)
+	if m.bornWith[fp] || m.gw.State.Server == fp {
+		return true, since
 	}
-	at, ok := m.writtenAt[root.Fingerprint]
-	m.check(m.bornWith[root.Fingerprint] || (ok && !m.now.Before(at.Add(m.timings.TrustPropagationDelay))),
-		"invariant 12: the issuing Secret moved to %s, in the gateway's bundle since %v (written: %v), now %v, phase %s: %s", root.Cert.Subject.CommonName, at, ok, m.now, d.State.Phase, a.Reason)
+	return written && !m.now.Before(at.Add(m.timings.TrustPropagationDelay)), since
 }
 
 // lagging is what the syncer tells the decision: the objects the gateway

@@ -210,11 +210,23 @@ func (s *scenario) startDualcaAs(cfg *rest.Config, o flags.Options) {
 // and waits until every client gets through.
 func (s *scenario) startTraffic() {
 	s.t.Helper()
-	s.gateway = mtls.NewGateway(mtls.OneObjectWatches(s.kube, s.ns), gatewayName)
+	s.startTrafficWithGatewayLag(0)
+}
+
+// startTrafficWithGatewayLag is startTraffic with a gateway that loads each
+// version of its Secret lag late (a kubelet volume sync, an SDS push); the
+// clients load theirs at once.
+func (s *scenario) startTrafficWithGatewayLag(lag time.Duration) {
+	s.t.Helper()
+	var delay func() time.Duration // nil: no lag
+	if lag > 0 {
+		delay = func() time.Duration { return lag }
+	}
+	s.gateway = mtls.NewGateway(mtls.Lagged(mtls.OneObjectWatches(s.kube, s.ns), delay), gatewayName)
 	s.g.Expect(s.gateway.Start(s.ctx)).To(Succeed())
 	s.fleet = mtls.NewFleet(mtls.OneObjectWatches(s.kube, s.ns), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: 100 * time.Millisecond})
 	s.fleet.Start(s.ctx)
-	s.g.Eventually(s.fleet.Stats).WithTimeout(30 * time.Second).Should(HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 3)))
+	s.g.Eventually(s.fleet.Stats).WithTimeout(30*time.Second + lag).Should(HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 3)))
 }
 
 // rotate makes cert-manager issue a new root and returns it.

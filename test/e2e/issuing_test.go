@@ -13,7 +13,6 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/mtls"
 )
 
 // The timings of the issuance-in-flight scenario: the gateway loads each
@@ -52,7 +51,7 @@ func TestAnIssuanceInFlightAsTheRootRotatesWithoutTheIssuingSecret(t *testing.T)
 func issuanceInFlight(t *testing.T, withIssuing bool) {
 	s := newIssuingScenario(t, withIssuing)
 	r1 := s.rootCert()
-	s.startLaggedTraffic()
+	s.startTrafficWithGatewayLag(gatewayLag)
 	inFlight := s.clients[:inFlightCount]
 	before, err := s.clientRevisions()
 	s.g.Expect(err).NotTo(HaveOccurred())
@@ -120,17 +119,6 @@ func (s *scenario) issuingOptions(on bool) (o flags.Options) {
 		o.IssuingSecret = types.NamespacedName{Namespace: s.ns, Name: issuingName}
 	}
 	return o
-}
-
-// startLaggedTraffic is startTraffic with a gateway that loads each
-// version of its Secret gatewayLag late; the clients load theirs at once.
-func (s *scenario) startLaggedTraffic() {
-	s.t.Helper()
-	s.gateway = mtls.NewGateway(mtls.Lagged(mtls.OneObjectWatches(s.kube, s.ns), func() time.Duration { return gatewayLag }), gatewayName)
-	s.g.Expect(s.gateway.Start(s.ctx)).To(Succeed())
-	s.fleet = mtls.NewFleet(mtls.OneObjectWatches(s.kube, s.ns), s.clients, s.gateway.Addr(), mtls.ClientOptions{Interval: 100 * time.Millisecond})
-	s.fleet.Start(s.ctx)
-	s.g.Eventually(s.fleet.Stats).WithTimeout(time.Minute).Should(HaveField("Total.ConsecutiveSuccesses", BeNumerically(">=", 3)))
 }
 
 // leafOfRevision waits until client name's Certificate is at revision and
