@@ -69,6 +69,14 @@ const (
 	// ReasonPromoteIgnored: a promote was removed without effect: it named
 	// a root that is not the current one, or the server already presented it.
 	ReasonPromoteIgnored = "PromoteIgnored"
+	// ReasonRootTrimmed: a root no selected client uses left the bundle
+	// before its retirement, to keep the gateway within its budget (a
+	// Warning: see budget.go).
+	ReasonRootTrimmed = "RootTrimmed"
+	// ReasonBundleTooLarge: the plan did not fit the budget even trimmed;
+	// the gateway was left as it was and the new root is not trusted (a
+	// Warning: see budget.go).
+	ReasonBundleTooLarge = "BundleTooLarge"
 )
 
 // Event is something a decision wants an operator to see. Messages name

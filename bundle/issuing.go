@@ -130,11 +130,12 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 }
 
 // gatewayTrusts reports whether the zero-downtime decision d has the
-// gateway trust root past the wait for it to load it: the phase has left
-// Bundle (Plan puts the current root in every bundle), and root is valid
-// (the phase leaves Bundle early for a root the server already presents).
+// gateway trust root past the wait for it to load it: the bundle holds it
+// (every plan's does; a refused one, budget.go, keeps the gateway as it
+// was, without it), the phase has left Bundle, and root is valid (the
+// phase leaves Bundle early for a root the server already presents).
 func gatewayTrusts(d Decision, root *x509.Certificate, now time.Time) bool {
-	return d.State.Phase != PhaseBundle && !notYetValid(root, now)
+	return d.Refused == "" && Contains(d.Roots, root) && d.State.Phase != PhaseBundle && !notYetValid(root, now)
 }
 
 // sameCredential reports whether a and b hold the same bytes in tls.crt,

@@ -91,13 +91,7 @@ func ParseCertificates(field string, data []byte) ([]*x509.Certificate, error) {
 // encoder and line breaker per block made that most of what the decision
 // allocated.
 func Encode(certs []*x509.Certificate) []byte {
-	size := 0
-	for _, c := range certs {
-		if c != nil {
-			n := base64.StdEncoding.EncodedLen(len(c.Raw))
-			size += len(pemCertBegin) + n + (n+pemLineLength-1)/pemLineLength + len(pemCertEnd)
-		}
-	}
+	size := EncodedLen(certs)
 	if size == 0 {
 		return nil
 	}
@@ -118,6 +112,18 @@ func Encode(certs []*x509.Certificate) []byte {
 		out = append(out, pemCertEnd...)
 	}
 	return out
+}
+
+// EncodedLen is len(Encode(certs)), without encoding them.
+func EncodedLen(certs []*x509.Certificate) int {
+	size := 0
+	for _, c := range certs {
+		if c != nil {
+			n := base64.StdEncoding.EncodedLen(len(c.Raw))
+			size += len(pemCertBegin) + n + (n+pemLineLength-1)/pemLineLength + len(pemCertEnd)
+		}
+	}
+	return size
 }
 
 // pemLineLength is the length of a base64 line in PEM, as encoding/pem

@@ -40,6 +40,10 @@ type Timings struct {
 	// a leaf found is then kept whatever its names, and one issued gets
 	// DefaultServerProfile. Never recorded: State.Timings leave it out.
 	Server *ServerProfile
+	// Budget bounds what a decision writes (budget.go); zero, the
+	// defaults, which are what dualca runs with (the model test sets a
+	// small one to reach it). Never recorded.
+	Budget Budget
 }
 
 // Decision is the gateway Secret content a strategy wants, and why.
@@ -66,6 +70,10 @@ type Decision struct {
 	// Known is what the record keeps of the roots read from the root
 	// Secret, for the next decision's Gateway.Known (see Provenance).
 	Known []*x509.Certificate
+	// Refused says why the plan was refused, "" when it was not: it did
+	// not fit the budget (budget.go), and the decision is the gateway as
+	// found, to be written nowhere.
+	Refused string
 }
 
 // Plan decides the next gateway Secret of the zero-downtime strategy from the
@@ -76,8 +84,9 @@ type Decision struct {
 // It applies the rules of docs/rotation.md in order, each a function of its
 // own: the trust set (trust.go, with repair.go and adopt.go), the rotation
 // (rotate.go), the server and its switch (repair.go, switch.go, create.go),
-// retirement (retire.go), the credential (server.go, crosschain.go), and
-// what follows from them (phase.go, renew.go, nextcheck.go).
+// retirement (retire.go), the credential (server.go, crosschain.go), the
+// budget (budget.go), and what follows from them (phase.go, renew.go,
+// nextcheck.go).
 func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Decision {
 	p := newPlanning(gw, root, clients, t, now)
 	trusted := p.trustedRoots()
@@ -93,6 +102,11 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	p.settlePromote(&st, serverRoot, switched)
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
 	cred := p.credential(found, serverRoot, kept)
+	kept, refused := p.fit(kept, cred)
+	if refused != "" {
+		st.Server = p.clients.Signatures.fingerprint(serverRoot)
+		return p.refuse(refused, upcoming(st, serverRoot, cred, kept, p.clients, p.t, p.now, p.paused))
+	}
 	caPEM := gw.Parsed.encode(kept)
 	p.reportBundle(caPEM, kept)
 	return p.decision(st, serverRoot, cred, kept, caPEM)
