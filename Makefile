@@ -27,7 +27,7 @@ export HELM := $(BIN)/helm
 # time are the commit's, so that two builds of a commit are the same image.
 VERSION           ?= $(shell awk '$$1 == "appVersion:" { gsub(/"/, "", $$2); print $$2 }' charts/dualca/Chart.yaml)
 CHART_VERSION     ?= $(shell awk '$$1 == "version:" { print $$2 }' charts/dualca/Chart.yaml)
-REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell test -z "$$(git status --porcelain 2>/dev/null)" || echo -dirty)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS           := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE_DIR         := $(BIN)/image
@@ -128,7 +128,11 @@ soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at r
 		2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: bench
-bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md and docs/benchmarks.png (within 45 min; QUICK=1: a few minutes, not a final report)
+bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md, docs/benchmarks.png and the raw samples in docs/benchmarks/raw (within 45 min; QUICK=1: a few minutes, not a final report); fails on a dirty tree unless QUICK
+	@# The report names the binary's revision and fails on another one: a
+	@# binary of an earlier commit (make rebuilds only when a Go file changed)
+	@# is rebuilt first.
+	@$(BIN)/dualca version | grep -qF '(commit $(REVISION),' || $(MAKE) --no-print-directory --always-make $(BIN)/dualca
 	$(GO) run ./test/bench -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
 
 .PHONY: clean

@@ -172,10 +172,8 @@ func (iw *issuingWatch) follow(wi watch.Interface, rv string) string {
 		if e.Type == watch.Deleted {
 			continue
 		}
-		for _, c := range crt.Status.Conditions {
-			if c.Type == cmapi.CertificateConditionIssuing && c.Status == cmmeta.ConditionTrue {
-				iw.saw(crt.Name, time.Now())
-			}
+		if isIssuing(crt) {
+			iw.saw(crt.Name, time.Now())
 		}
 	}
 	return rv

@@ -8,10 +8,11 @@
 // It measures:
 //   - propagation: from the root's update acknowledged to the watch event of
 //     each system's target Secret carrying it, over hundreds of same-subject
-//     rotations at random moments, overlapping ones included;
+//     rotations at random moments, overlapping ones included, in three runs
+//     each judged on its own;
 //   - how the cost grows with the roots piled up in dualca's bundle;
 //   - one client on the old root handshaking through a TLS gateway that
-//     reads each system's target, across a rotation;
+//     reads each system's target, across a whole rotation;
 //   - start-up: process start to the gateway in sync, and to ready;
 //   - memory side by side (dualca, trust-manager, a namespace informer),
 //     beside 10,000 unrelated Secrets in one namespace and over 100, and
@@ -20,6 +21,11 @@
 //   - how the cost grows with selected clients (1,000 to 50,000);
 //   - the renewal fan-out with the real cert-manager doing the re-issues;
 //   - the bundle package's micro-benchmarks.
+//
+// A final run (neither -quick nor -only) fails before measuring when the
+// tree differs from HEAD, untracked files included, or the dualca binary
+// was built from another revision; every report records the commit, the
+// machine's load over each step, and writes the raw samples next to it.
 //
 // It never prints key or certificate bytes.
 package main
@@ -52,23 +58,24 @@ type options struct {
 	quick             bool
 	only              string
 
-	rotations      int           // propagation, per system
-	rootSizes      intList       // bundle sizes measured
-	turns          int           // rotations at each bundle size: enough that p99 is a percentile, not the max
-	starts         int           // start-up, per client count
-	startupClients int           // the second start-up client count
-	unrelated      int           // unrelated Secrets, per memory condition
-	rest           time.Duration // the at-rest window
-	restPoll       time.Duration // dualca's --poll-interval in it
-	runs           int           // poll-only runs
-	polls          int           // missed changes per poll-only run
-	poll           time.Duration // --poll-interval of the poll-only and scale runs
-	scale          intList       // selected clients of the scale runs
-	touches        int           // reconciles at rest per scale point
-	fanout         int           // clients re-issued by cert-manager
-	fanoutRuns     int
-	floorRuns      int     // of the cert-manager fan-out's floor
-	qps            float64 // --renewal-qps with cert-manager
+	rotations       int           // propagation, per system and run: at least 200, so that p99 is a percentile, not the max
+	propagationRuns int           // propagation runs, each judged: at least 3
+	rootSizes       intList       // bundle sizes measured
+	turns           int           // rotations at each bundle size: enough that p99 is a percentile, not the max
+	starts          int           // start-up, per client count
+	startupClients  int           // the second start-up client count
+	unrelated       int           // unrelated Secrets, per memory condition
+	rest            time.Duration // the at-rest window
+	restPoll        time.Duration // dualca's --poll-interval in it
+	runs            int           // poll-only runs
+	polls           int           // missed changes per poll-only run
+	poll            time.Duration // --poll-interval of the poll-only and scale runs
+	scale           intList       // selected clients of the scale runs
+	touches         int           // reconciles at rest per scale point
+	fanout          int           // clients re-issued by cert-manager
+	fanoutRuns      int
+	floorRuns       int     // of the cert-manager fan-out's floor
+	qps             float64 // --renewal-qps with cert-manager
 }
 
 type bench struct {
@@ -143,11 +150,11 @@ func subcommand(name string, args []string) bool {
 // defaults are the full run's sizes, or the quick run's.
 func (o *options) defaults() {
 	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
-		rotations: 300, rootSizes: intList{2, 3, 10, 30, 60}, turns: 1000, starts: 20, startupClients: 1000,
+		rotations: 200, propagationRuns: 3, rootSizes: intList{2, 3, 10, 30, 60}, turns: 1000, starts: 20, startupClients: 1000,
 		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
 		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, floorRuns: 1, qps: 100}
 	if o.quick {
-		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 45, intList{2, 3, 10, 30}, 300, 5, 200
+		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 40, intList{2, 3, 10, 30}, 300, 5, 200
 		o.unrelated, o.rest, o.restPoll, o.runs, o.polls = 1000, time.Minute, 10*time.Second, 1, 5
 		o.scale, o.touches, o.fanout, o.fanoutRuns, o.floorRuns = intList{200, 1000}, 10, 200, 1, 1
 	}
@@ -204,9 +211,22 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("%w (make build trust-manager)", err)
 		}
 	}
+	// What is measured is recorded before anything is: a final report
+	// stands for a commit, so the tree must be that commit and the binary
+	// built from it.
+	prov, err := readProvenance(root, b.dualca)
+	if err != nil {
+		return err
+	}
+	if err := prov.check(!o.quick && o.only == ""); err != nil {
+		return err
+	}
+	if prov.dirty() {
+		b.log("the tree differs from HEAD %s in %d paths: this report is not final", prov.short, len(prov.changed))
+	}
 	b.report.started = time.Now()
 	b.report.quick, b.report.only = o.quick, o.only
-	b.report.describe(root)
+	b.report.describe(root, prov)
 	if o.only != "bundle" {
 		b.log("starting kube-apiserver and etcd")
 		// cert-manager's waits are long: it issues thousands on two cores.
@@ -232,8 +252,11 @@ func run(ctx context.Context, o options) error {
 			continue
 		}
 		began := time.Now()
+		load := readLoad()
 		b.log("measuring %s", s.name)
-		if err := s.run(b, ctx); err != nil {
+		err := s.run(b, ctx)
+		b.report.load = append(b.report.load, stepLoad{step: s.name, span: spanSince(load)})
+		if err != nil {
 			// The other measurements still run; the report says what failed.
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
@@ -253,25 +276,30 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	b.report.took = time.Since(b.report.started)
+	b.report.provenance.recheck(root)
 	if o.only != "" {
-		return b.report.write(os.Stdout, "")
+		return b.report.write(os.Stdout, "", "")
 	}
 	plot, out := inRepo(root, o.plot), inRepo(root, o.out)
 	if err := b.report.plot(plot); err != nil {
+		return err
+	}
+	raw := rawDir(out)
+	if err := b.report.writeRaw(raw); err != nil {
 		return err
 	}
 	f, err := os.Create(out)
 	if err != nil {
 		return err
 	}
-	if err := b.report.write(f, filepath.Base(plot)); err != nil {
+	if err := b.report.write(f, filepath.Base(plot), relativeTo(filepath.Dir(out), raw)); err != nil {
 		_ = f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	b.log("wrote %s and %s", o.out, o.plot)
+	b.log("wrote %s, %s and the raw samples in %s", o.out, o.plot, relativeTo(root, raw))
 	return nil
 }
 

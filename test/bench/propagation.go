@@ -19,14 +19,13 @@ import (
 // root superseded before it got to it is not charged for it. Roots share
 // one subject, with a new key each time; rotations come at random moments,
 // a quarter of them before the previous one has arrived.
+//
+// The whole is done propagationRuns times, each run with fresh processes
+// in fresh namespaces and its own roots, the same schedule of pauses, and
+// the systems' order in the blocks shifted by one: every target on
+// propagation is judged on each run, not on their pool.
 func (b *bench) propagation(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	n := b.opts.rotations
-	roots, err := newRoots(n + 1)
-	if err != nil {
-		return err
-	}
 	rng := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // G404: a reproducible schedule, nothing secret
 	gaps := make([]time.Duration, n+1)
 	for i := 1; i <= n; i++ {
@@ -36,22 +35,40 @@ func (b *bench) propagation(ctx context.Context) error {
 			gaps[i] = 10*time.Millisecond + time.Duration(rng.Int64N(int64(290*time.Millisecond)))
 		}
 	}
+	for run := 1; run <= b.opts.propagationRuns; run++ {
+		if err := b.propagationRun(ctx, run, gaps); err != nil {
+			return fmt.Errorf("run %d: %w", run, err)
+		}
+	}
+	return nil
+}
+
+// propagationRun is one run of the propagation measurement.
+func (b *bench) propagationRun(ctx context.Context, run int, gaps []time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := len(gaps) - 1
+	roots, err := newRoots(n + 1)
+	if err != nil {
+		return err
+	}
 	var runs []*propagationRun
 	for _, s := range b.systems() {
-		r, err := b.startPropagationRun(ctx, s, roots[0])
+		r, err := b.startPropagationRun(ctx, run, s, roots[0])
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		defer r.proc.stop()
 		runs = append(runs, r)
 	}
+	load := readLoad()
 	for _, r := range runs {
 		if r.cpuBefore, err = r.proc.cpu(); err != nil {
 			return err
 		}
 	}
 	block := max(1, n/6)
-	for from, turn := 1, 0; from <= n; from, turn = from+block, turn+1 {
+	for from, turn := 1, run-1; from <= n; from, turn = from+block, turn+1 {
 		to := min(n, from+block-1)
 		for k := range runs {
 			r := runs[(k+turn)%len(runs)]
@@ -63,6 +80,7 @@ func (b *bench) propagation(ctx context.Context) error {
 			}
 		}
 	}
+	var results []propagationResult
 	for _, r := range runs {
 		if _, err := r.target.trustingWhile(ctx, r.proc, r.mark, roots[n].Cert); err != nil {
 			return fmt.Errorf("%s: the last root: %w", r.system, err)
@@ -75,9 +93,18 @@ func (b *bench) propagation(ctx context.Context) error {
 			return err
 		}
 		res := r.result(roots)
+		res.run = run
 		res.cpuPerRotation = (cpuAfter - r.cpuBefore) / time.Duration(n)
+		if len(res.samples) != n {
+			return fmt.Errorf("%s: %d samples of %d rotations", r.system, len(res.samples), n)
+		}
+		results = append(results, res)
+	}
+	span := spanSince(load)
+	for _, res := range results {
+		res.load = span
 		b.report.propagation = append(b.report.propagation, res)
-		b.log("propagation %s: %s, %d overlapping, CPU %s per rotation", r.system, summarize(res.samples), res.overlapping, res.cpuPerRotation)
+		b.log("propagation run %d, %s: %s, %d overlapping, CPU %s per rotation", run, res.system, summarize(res.samples), res.overlapping, res.cpuPerRotation)
 	}
 	return nil
 }
@@ -97,8 +124,8 @@ type propagationRun struct {
 // propagationClients are the selected clients dualca tracks meanwhile.
 const propagationClients = 100
 
-func (b *bench) startPropagationRun(ctx context.Context, s system, first *certs.CA) (*propagationRun, error) {
-	w, err := b.newWorld(ctx, "propagation-"+s.name, first)
+func (b *bench) startPropagationRun(ctx context.Context, run int, s system, first *certs.CA) (*propagationRun, error) {
+	w, err := b.newWorld(ctx, fmt.Sprintf("propagation-%d-%s", run, s.name), first)
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +168,15 @@ func (r *propagationRun) result(roots []*certs.CA) propagationResult {
 		if r.acked[i].IsZero() {
 			continue
 		}
-		if i > 1 && r.acked[i].Before(arrived) {
+		overlapping := i > 1 && r.acked[i].Before(arrived)
+		if overlapping {
 			res.overlapping++
 		}
 		for _, v := range versions {
 			if carriesFrom(v, fps, i) {
 				res.samples = append(res.samples, v.at.Sub(r.acked[i]))
+				res.rotation = append(res.rotation, i)
+				res.overlap = append(res.overlap, overlapping)
 				arrived = v.at
 				break
 			}
@@ -165,10 +195,17 @@ func carriesFrom(v version, fps []string, i int) bool {
 	return false
 }
 
-// propagationResult is one system's propagation samples.
+// propagationResult is one system's propagation samples in one run.
 type propagationResult struct {
 	system  string
+	run     int // from 1
 	samples []time.Duration
+	// rotation and overlap are each sample's rotation (its root's index)
+	// and whether it was written before the previous root had arrived.
+	rotation []int
+	overlap  []bool
+	// load is the machine's load over the run's rotations.
+	load loadSpan
 	// overlapping counts the rotations written before the previous root
 	// had reached the target; versions the target's versions meanwhile.
 	overlapping, versions int

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,18 +63,37 @@ func (b *bench) systems() []system {
 // trust-manager writes in the world's namespace.
 func bundleName(w *world) string { return "bench-" + w.ns }
 
+// previousRootName is the Secret that holds the previous root for
+// trust-manager's Bundle.
+const previousRootName = "root-ca-previous"
+
 // startTrustManager runs trust-manager with the world's namespace as its
-// trust namespace, and a Bundle whose source is the root Secret's ca.crt and
-// whose target is a Secret in the world's namespace.
+// trust namespace, and a Bundle of two sources whose target is a Secret in
+// the world's namespace: the root Secret's ca.crt, and a Secret holding a
+// copy of the root as it was when trust-manager started. trust-manager's
+// documentation ("Preparing for Production": cert-manager integration,
+// intentionally copying CA certificates) warns that a Bundle reading only
+// the issuer's Secret distrusts the old root the moment it rotates, and
+// that both roots must be trusted for a while; a user who keeps the live
+// Secret as a source copies the root into a second source before rotating,
+// which is this. Removing the old root afterwards is the user's, by hand.
 func (b *bench) startTrustManager(ctx context.Context, w *world, kubeconfig string) (*process, error) {
 	if err := b.installTrustManagerCRDs(); err != nil {
 		return nil, err
+	}
+	previous := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: previousRootName, Namespace: w.ns},
+		Data: map[string][]byte{"ca.crt": w.root.Data["ca.crt"]}}
+	if err := b.cluster.Client.Create(ctx, previous); client.IgnoreAlreadyExists(err) != nil {
+		return nil, fmt.Errorf("creating Secret %s: %w", previousRootName, err)
 	}
 	name := bundleName(w)
 	bundle := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": name},
 		"spec": map[string]any{
-			"sources": []any{map[string]any{"secret": map[string]any{"name": rootName, "key": "ca.crt"}}},
+			"sources": []any{
+				map[string]any{"secret": map[string]any{"name": rootName, "key": "ca.crt"}},
+				map[string]any{"secret": map[string]any{"name": previousRootName, "key": "ca.crt"}},
+			},
 			"target": map[string]any{
 				"secret":            map[string]any{"key": "ca.crt"},
 				"namespaceSelector": map[string]any{"matchLabels": map[string]any{trustLabel: w.ns}},
