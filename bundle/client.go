@@ -110,41 +110,81 @@ const ReasonClientInvalid = "ClientInvalid"
 // server with. leaf is nil when tls.crt is unusable and ca nil when ca.crt
 // is; problem says what is wrong, for an event, or is "" when nothing is.
 // A client with a problem is never a reason to trust anything: the leaf
-// and roots returned are only what parsed cleanly.
+// and roots returned are only what parsed cleanly. It is ParseClientCA
+// then ParseClientLeaf, for a caller that parses each client on its own.
 func ParseClient(tlsCrt, caCrt []byte) (leaf *x509.Certificate, ca []*x509.Certificate, problem string) {
-	report := func(p string) {
-		if problem == "" {
-			problem = p
-		}
+	ca, caProblem := ParseClientCA(caCrt)
+	leaf, leafProblem := ParseClientLeaf(nil, tlsCrt, ca)
+	if leaf == nil || caProblem == "" {
+		return leaf, ca, leafProblem // tls.crt's own problem comes first
 	}
-	if certs, err := ParseCertificates("tls.crt", tlsCrt); err != nil {
-		report(err.Error())
-	} else if certs[0].IsCA {
-		report("tls.crt: holds a CA certificate, not a client certificate")
-	} else {
-		leaf = certs[0]
-	}
-	if certs, err := ParseCertificates("ca.crt", caCrt); err != nil {
-		report(err.Error())
-	} else {
-		ca = certs
-		for i, c := range certs {
-			if !c.BasicConstraintsValid || !c.IsCA {
-				report(fmt.Sprintf("ca.crt: block %d is not a CA certificate", i+1))
-			}
-		}
-	}
-	if leaf != nil && ca != nil && !signedByAny(leaf, ca) {
-		report("tls.crt: not issued by any certificate of ca.crt")
-	}
-	return leaf, ca, problem
+	return leaf, ca, caProblem
 }
 
-func signedByAny(leaf *x509.Certificate, cas []*x509.Certificate) bool {
-	for _, c := range cas {
-		if ChainsTo(leaf, c) {
-			return true
+// ParseClientCA reads a client's ca.crt: the roots it verifies the server
+// with, and what is wrong with them ("" when nothing is). Thousands of
+// clients share one ca.crt, so a caller that keeps many parses each
+// distinct one once and hands the same roots to each client's leaf.
+func ParseClientCA(caCrt []byte) (ca []*x509.Certificate, problem string) {
+	certs, err := ParseCertificates("ca.crt", caCrt)
+	if err != nil {
+		return nil, err.Error()
+	}
+	for i, c := range certs {
+		if !c.BasicConstraintsValid || !c.IsCA {
+			return certs, fmt.Sprintf("ca.crt: block %d is not a CA certificate", i+1)
 		}
 	}
-	return false
+	return certs, ""
+}
+
+// ParseClientLeaf reads a client's tls.crt against its parsed ca.crt (nil
+// when unusable): the leaf, and what is wrong with it. The signature check
+// against ca goes through sigs (nil: checked afresh), so that the
+// decisions that ask the same of the same leaf later find it done.
+//
+// The leaf returned is not the whole parse: it holds what a decision reads
+// of a client's leaf (its DER and the raw parts within it, its signature,
+// its validity) and none of the parsed names, extensions and key, about
+// half of a parsed certificate's memory, kept for every selected client.
+func ParseClientLeaf(sigs *Signatures, tlsCrt []byte, ca []*x509.Certificate) (*x509.Certificate, string) {
+	certs, err := ParseCertificates("tls.crt", tlsCrt)
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case certs[0].IsCA:
+		return nil, "tls.crt: holds a CA certificate, not a client certificate"
+	}
+	leaf := clientLeaf(certs[0])
+	for _, c := range ca {
+		if sigs.ChainsTo(leaf, c) {
+			return leaf, ""
+		}
+	}
+	if ca != nil {
+		return leaf, "tls.crt: not issued by any certificate of ca.crt"
+	}
+	return leaf, ""
+}
+
+// clientLeaf is what the decisions read of a client's leaf: its DER, the
+// raw parts Signatures and bonds compare and hash (they share the DER's
+// memory), the signature CheckSignatureFrom verifies, and its validity.
+// Anything else a decision reads of a client's leaf must be added here.
+func clientLeaf(c *x509.Certificate) *x509.Certificate {
+	return &x509.Certificate{
+		Raw:                     c.Raw,
+		RawTBSCertificate:       c.RawTBSCertificate,
+		RawSubjectPublicKeyInfo: c.RawSubjectPublicKeyInfo,
+		RawSubject:              c.RawSubject,
+		RawIssuer:               c.RawIssuer,
+		Signature:               c.Signature,
+		SignatureAlgorithm:      c.SignatureAlgorithm,
+		PublicKeyAlgorithm:      c.PublicKeyAlgorithm,
+		Version:                 c.Version,
+		NotBefore:               c.NotBefore,
+		NotAfter:                c.NotAfter,
+		BasicConstraintsValid:   c.BasicConstraintsValid,
+		IsCA:                    c.IsCA,
+	}
 }

@@ -13,6 +13,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,18 +72,61 @@ func clientCacheOptions(o Options) cache.Options {
 		namespaces[ns] = cache.Config{}
 	}
 	sel := o.Clients()
-	transform := requestCertificatesOnly
+	transform := requestCertificatesOnly(&sharedBytes{})
 	if sel.Issuer != nil {
-		transform = requestOfIssuerOnly(*sel.Issuer)
+		transform = requestOfIssuerOnly(*sel.Issuer, transform)
 	}
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cmapi.Certificate{}:        {Label: sel.Labels},
+			&cmapi.Certificate{}:        {Label: sel.Labels, Transform: certificateWhatSelectsOnly(sel)},
 			&cmapi.CertificateRequest{}: {Label: sel.Labels, Transform: transform},
 		},
 	}
+}
+
+// certificateWhatSelectsOnly keeps of a Certificate what dualca reads of
+// it: what identifies it, what the selection looks at (only the labels the
+// selectors name), its Secret's name, and its whole status. The spec's
+// names, usages and key settings, the annotations and owners are of no use
+// to dualca, and at tens of thousands of clients they were a fifth of its
+// memory. The status stays whole: a renewal's first attempt updates the
+// status from the cached Certificate (zeroDowntime.Renew), and an update
+// of the status subresource writes the status as given, but takes nothing
+// else of it (spec and metadata come from the stored object).
+func certificateWhatSelectsOnly(sel ClientSelection) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		crt, ok := obj.(*cmapi.Certificate)
+		if !ok {
+			return obj, nil
+		}
+		crt.ObjectMeta = metav1.ObjectMeta{Name: crt.Name, Namespace: crt.Namespace, UID: crt.UID,
+			ResourceVersion: crt.ResourceVersion, Generation: crt.Generation,
+			Labels: labelsNamed(sel.Labels, crt.Labels)}
+		spec := cmapi.CertificateSpec{SecretName: crt.Spec.SecretName, IssuerRef: crt.Spec.IssuerRef}
+		if t := crt.Spec.SecretTemplate; t != nil && sel.SecretLabels != nil {
+			spec.SecretTemplate = &cmapi.CertificateSecretTemplate{Labels: labelsNamed(sel.SecretLabels, t.Labels)}
+		}
+		crt.Spec = spec
+		return crt, nil
+	}
+}
+
+// labelsNamed returns the labels of set that selector names: all a
+// selection reads of them; nil without a selector.
+func labelsNamed(selector labels.Selector, set map[string]string) map[string]string {
+	if selector == nil || len(set) == 0 {
+		return nil
+	}
+	requirements, _ := selector.Requirements()
+	kept := map[string]string{}
+	for _, r := range requirements {
+		if v, ok := set[r.Key()]; ok {
+			kept[r.Key()] = v
+		}
+	}
+	return kept
 }
 
 // requestOfIssuerOnly is requestCertificatesOnly that also drops the
@@ -96,14 +140,14 @@ func clientCacheOptions(o Options) cache.Options {
 // its issuerRef: client-go may transform an object twice (the initial
 // streaming list transforms what it holds, then the informer's queue
 // again), and a second pass must decide as the first did.
-func requestOfIssuerOnly(issuer IssuerRef) func(any) (any, error) {
+func requestOfIssuerOnly(issuer IssuerRef, certificatesOnly func(any) (any, error)) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
 			return obj, nil
 		}
 		ref := cr.Spec.IssuerRef
-		out, err := requestCertificatesOnly(cr)
+		out, err := certificatesOnly(cr)
 		cr.Spec.IssuerRef = ref
 		if !issuer.names(cr.Namespace, ref) {
 			cr.Status = cmapi.CertificateRequestStatus{}
@@ -114,23 +158,58 @@ func requestOfIssuerOnly(issuer IssuerRef) func(any) (any, error) {
 
 // requestCertificatesOnly drops everything of a CertificateRequest but
 // what tells whose it is and its certificates: the CSR, the copied
-// annotations and the conditions are of no use to dualca.
-func requestCertificatesOnly(obj any) (any, error) {
-	cr, ok := obj.(*cmapi.CertificateRequest)
-	if !ok {
-		return obj, nil
-	}
-	cr.ManagedFields = nil
-	annotations := map[string]string{}
-	for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
-		if v, ok := cr.Annotations[k]; ok {
-			annotations[k] = v
+// annotations and the conditions are of no use to dualca. The requests of
+// one root carry the same status.ca, which cas keeps one copy of.
+func requestCertificatesOnly(cas *sharedBytes) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		cr, ok := obj.(*cmapi.CertificateRequest)
+		if !ok {
+			return obj, nil
 		}
+		cr.ManagedFields = nil
+		annotations := map[string]string{}
+		for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
+			if v, ok := cr.Annotations[k]; ok {
+				annotations[k] = v
+			}
+		}
+		cr.Annotations = annotations
+		cr.Spec = cmapi.CertificateRequestSpec{}
+		cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: cas.share(cr.Status.CA)}
+		return cr, nil
 	}
-	cr.Annotations = annotations
-	cr.Spec = cmapi.CertificateRequestSpec{}
-	cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: cr.Status.CA}
-	return cr, nil
+}
+
+// sharedBytes hands out one copy of each value it is given, so that the
+// thousands of objects in a cache that hold the same bytes hold one array.
+// What it hands out is shared: nothing may modify it (the cache's readers
+// copy what they return, or promise not to modify it). It holds at most
+// maxShared values; past that it starts again empty, so that a writer of
+// many distinct values cannot make it grow (those values are simply not
+// shared).
+type sharedBytes struct {
+	mu     sync.Mutex
+	values map[string][]byte
+}
+
+// maxShared bounds the values a sharedBytes holds: the distinct ca.crt of
+// the clients, one or two per root rotation.
+const maxShared = 64
+
+func (s *sharedBytes) share(b []byte) []byte {
+	if len(b) == 0 {
+		return b
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.values[string(b)]; ok {
+		return v
+	}
+	if s.values == nil || len(s.values) >= maxShared {
+		s.values = map[string][]byte{}
+	}
+	s.values[string(b)] = b
+	return b
 }
 
 // clientView is one selected client as the reconciler saw it.
@@ -166,10 +245,26 @@ type clientTracker struct {
 	events *atomic.Uint64
 	last   *clientRead
 
+	// signatures, when set, checks each leaf against its ca.crt for the
+	// decisions that ask the same later (the reconciler's).
+	signatures *bundle.Signatures
+
 	mu sync.Mutex
 	// held is the credential each Certificate (by UID) held when its
 	// current request was last seen.
 	held map[types.UID]heldCredential
+	// cas holds each distinct ca.crt the held credentials carry, parsed
+	// once: thousands of clients trust the same one or two roots, and a
+	// parsed ca.crt per client was a third of dualca's memory at 5,000
+	// clients. An entry no held credential carries is dropped at the end
+	// of the list that left it unused.
+	cas map[[sha256.Size]byte]clientCA
+}
+
+// clientCA is a parsed ca.crt and what is wrong with it ("" when nothing).
+type clientCA struct {
+	certs   []*x509.Certificate
+	problem string
 }
 
 // clientRead is a read's result, with the count of events it followed.
@@ -201,6 +296,7 @@ type heldCredential struct {
 	request types.UID
 	rv      string
 	sum     [sha256.Size]byte
+	caSum   [sha256.Size]byte // of the request's status.ca alone: the key of cas
 	leaf    *x509.Certificate
 	ca      []*x509.Certificate
 	problem string
@@ -304,9 +400,17 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 			out.Items = append(out.Items, c)
 		}
 	}
-	for uid := range t.held {
+	used := map[[sha256.Size]byte]bool{}
+	for uid, h := range t.held {
 		if !seen[uid] {
 			delete(t.held, uid)
+			continue
+		}
+		used[h.caSum] = true
+	}
+	for sum := range t.cas {
+		if !used[sum] {
+			delete(t.cas, sum)
 		}
 	}
 	return out, views, nil
@@ -356,20 +460,32 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*heldCredentia
 // trusts the server with. Damaged data reads as no leaf or no CA: such a
 // client is simply not on any root. What prev held of the same request
 // with the same content is kept, at the same addresses, so the decisions'
-// caches see it once.
+// caches see it once; a ca.crt read before is not parsed again. The
+// caller holds t.mu.
 func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev heldCredential, had bool) heldCredential {
+	caSum := sha256.Sum256(cr.Status.CA)
 	hash := sha256.New()
 	hash.Write(cr.Status.Certificate)
-	hash.Write([]byte{0})
-	hash.Write(cr.Status.CA)
+	hash.Write(caSum[:])
 	var sum [sha256.Size]byte
 	hash.Sum(sum[:0])
 	if had && prev.request == cr.UID && prev.sum == sum {
 		prev.revision, prev.rv = revision, cr.ResourceVersion
 		return prev
 	}
-	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum}
-	h.leaf, h.ca, h.problem = bundle.ParseClient(cr.Status.Certificate, cr.Status.CA)
+	ca, ok := t.cas[caSum]
+	if !ok {
+		ca.certs, ca.problem = bundle.ParseClientCA(cr.Status.CA)
+		if t.cas == nil {
+			t.cas = map[[sha256.Size]byte]clientCA{}
+		}
+		t.cas[caSum] = ca
+	}
+	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum, caSum: caSum, ca: ca.certs}
+	h.leaf, h.problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, ca.certs)
+	if h.leaf != nil && ca.problem != "" {
+		h.problem = ca.problem // tls.crt's own problem first, then ca.crt's
+	}
 	return h
 }
 

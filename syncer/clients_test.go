@@ -1,7 +1,9 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -304,4 +306,51 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 	cs, _, err = tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "revision 2 is issued but its request does not show it yet: nothing remembered applies")
+}
+
+// TestClientsOfOneCAShareItsParse: the clients of one ca.crt hold the same
+// parsed roots, parsed once; a ca.crt no client carries any more is
+// forgotten at the next read.
+func TestClientsOfOneCAShareItsParse(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	r1, r2 := certs.MustCA(t, "root", 48*time.Hour), certs.MustCA(t, "root", 48*time.Hour)
+	var objs []client.Object
+	for i := range 3 {
+		_, leaf, _, err := r1.Leaf(fmt.Sprint("agent-", i), now.Add(-time.Hour), now.Add(time.Hour))
+		g.Expect(err).NotTo(HaveOccurred())
+		crt := clientCert(fmt.Sprint("agent-", i), ptr.To(1))
+		objs = append(objs, crt, request(crt, 1, "", leaf, bytes.Clone(r1.CertPEM)))
+	}
+	tracker, _, store := newTracker(g, objs...)
+	cs, _, err := tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items).To(HaveLen(3))
+	for _, c := range cs.Items {
+		g.Expect(c.CA).To(HaveLen(1))
+		g.Expect(c.CA[0]).To(BeIdenticalTo(cs.Items[0].CA[0]), "one parse of the one ca.crt")
+		g.Expect(c.Leaf).NotTo(BeNil())
+		g.Expect(c.On(r1.Cert, now)).To(BeTrue())
+	}
+	g.Expect(tracker.cas).To(HaveLen(1))
+
+	// Every client moves to r2's ca.crt: r1's is forgotten.
+	for i := range 3 {
+		crt := objs[2*i].(*cmapi.Certificate)
+		g.Expect(store.Get(ctx, client.ObjectKeyFromObject(crt), crt)).To(Succeed())
+		_, leaf, _, err := r2.Leaf(crt.Name, now.Add(-time.Hour), now.Add(time.Hour))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(store.Create(ctx, request(crt, 2, "", leaf, r2.CertPEM))).To(Succeed())
+		crt.Status.Revision = ptr.To(2)
+		g.Expect(store.Update(ctx, crt)).To(Succeed())
+	}
+	cs, _, err = tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, c := range cs.Items {
+		g.Expect(c.On(r2.Cert, now)).To(BeTrue())
+	}
+	g.Expect(tracker.cas).To(HaveLen(1), "r1's ca.crt is carried by no client now")
+	g.Expect(tracker.cas).To(HaveKey(sha256.Sum256(r2.CertPEM)))
 }

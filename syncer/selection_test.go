@@ -167,7 +167,7 @@ func TestChangingWhatSelectsAClientOnlyChangesWhichAreTracked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, pemB, _, err := r1.Leaf("b", now.Add(-time.Hour), now.Add(time.Hour))
+	leafB, pemB, _, err := r1.Leaf("b", now.Add(-time.Hour), now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestChangingWhatSelectsAClientOnlyChangesWhichAreTracked(t *testing.T) {
 			g.Expect(names(cs)).To(ConsistOf("agents/b"), "a is no client any more")
 			g.Expect(tracker.held).To(HaveLen(1), "and not remembered")
 			g.Expect(tracker.held).To(HaveKey(b.UID))
-			g.Expect(cs.Items[0].Leaf.Subject.CommonName).To(Equal("b"))
+			g.Expect(cs.Items[0].Leaf.Equal(leafB)).To(BeTrue(), "b's own leaf")
 
 			// a comes back after its request was collected: unknown, fail-safe.
 			g.Expect(store.Delete(ctx, reqA)).To(Succeed())
@@ -345,4 +345,64 @@ func fingerprintsOf(cs []*x509.Certificate) []string {
 		out[i] = bundle.Fingerprint(c)
 	}
 	return out
+}
+
+// TestTheClientCacheKeepsOfACertificateWhatSelectsIt: the cache keeps of a
+// Certificate what identifies it, the labels the selectors name, its
+// Secret's name, its issuer and its whole status; every selection decides
+// on the kept Certificate as on the whole one, and a second pass (client-go
+// may transform twice) keeps the same.
+func TestTheClientCacheKeepsOfACertificateWhatSelectsIt(t *testing.T) {
+	t.Parallel()
+	many := map[string]string{"app.kubernetes.io/name": "agent", "app.kubernetes.io/part-of": "fleet", "team": "edge"}
+	for k, v := range agentLabels {
+		many[k] = v
+	}
+	other := map[string]string{"app": "web"}
+	for mode, sel := range selections() {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			o := testOptions()
+			o.ClientSelector, o.ClientSecretSelector, o.ClientIssuer = sel.Labels, sel.SecretLabels, sel.Issuer
+			var transform func(any) (any, error)
+			for obj, b := range clientCacheOptions(o).ByObject {
+				if _, ok := obj.(*cmapi.Certificate); ok {
+					transform = b.Transform
+				}
+			}
+			g.Expect(transform).NotTo(BeNil())
+			for _, tt := range []struct {
+				name           string
+				labels, secret map[string]string
+				issuer         string
+			}{
+				{"selected", many, many, agentsIssuer.Name},
+				{"another label", other, many, agentsIssuer.Name},
+				{"another Secret label", many, other, agentsIssuer.Name},
+				{"another issuer", many, many, "web-ca"},
+			} {
+				whole := clientCert("agent", ptr.To(3))
+				whole.Labels, whole.Spec.SecretTemplate.Labels, whole.Spec.IssuerRef.Name = tt.labels, tt.secret, tt.issuer
+				whole.Annotations = map[string]string{"note": "n"}
+				whole.Generation, whole.ResourceVersion = 7, "42"
+				whole.Spec.DNSNames, whole.Spec.Usages = []string{"agent.example.com"}, []cmapi.KeyUsage{cmapi.UsageClientAuth}
+				whole.Status.Conditions = []cmapi.CertificateCondition{{Type: cmapi.CertificateConditionReady, Status: cmmeta.ConditionTrue, Message: "up to date"}}
+				whole.Status.NotAfter = &metav1.Time{Time: time.Unix(1e9, 0)}
+				out, err := transform(whole.DeepCopy())
+				g.Expect(err).NotTo(HaveOccurred())
+				kept := out.(*cmapi.Certificate)
+				g.Expect(sel.Selects(kept)).To(Equal(sel.Selects(whole)), tt.name)
+				g.Expect(kept.Status).To(Equal(whole.Status), "%s: the status stays whole", tt.name)
+				g.Expect([]any{kept.Name, kept.Namespace, kept.UID, kept.ResourceVersion, kept.Generation, kept.Spec.SecretName, kept.Spec.IssuerRef}).
+					To(Equal([]any{whole.Name, whole.Namespace, whole.UID, whole.ResourceVersion, whole.Generation, whole.Spec.SecretName, whole.Spec.IssuerRef}))
+				g.Expect(kept.Annotations).To(BeEmpty())
+				g.Expect(kept.Spec.DNSNames).To(BeEmpty())
+				g.Expect(len(kept.Labels)).To(BeNumerically("<=", len(agentLabels)), "only the labels a selector names")
+				again, err := transform(kept.DeepCopy())
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(again).To(Equal(kept), "a second pass keeps the same")
+			}
+		})
+	}
 }

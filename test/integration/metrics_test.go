@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -59,8 +61,9 @@ func TestMetricsFollowARotation(t *testing.T) {
 	for i := range 3 {
 		name := fmt.Sprintf("agent-%d", i)
 		crt := &cmapi.Certificate{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"dualca.io/client": "agent"}},
-			Spec: cmapi.CertificateSpec{SecretName: name, CommonName: name,
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"dualca.io/client": "agent", "team": "edge"},
+				Annotations: map[string]string{"example.com/owner": "edge"}},
+			Spec: cmapi.CertificateSpec{SecretName: name, CommonName: name, DNSNames: []string{name + ".example.com"},
 				IssuerRef: cmmeta.IssuerReference{Name: "agents-ca", Kind: "Issuer", Group: "cert-manager.io"}},
 		}
 		g.Expect(k8s.Create(ctx, crt)).To(Succeed())
@@ -124,6 +127,21 @@ func TestMetricsFollowARotation(t *testing.T) {
 	g.Eventually(value("dualca_phase", "phase", "Renewing")).Should(Equal(1.0))
 	g.Eventually(value("dualca_renewals_total", "strategy", "zero-downtime", "method", "issuing-condition", "result", "triggered")).
 		Should(Equal(3.0))
+	// dualca caches a Certificate without what it does not read (its spec's
+	// names, other labels, annotations), and its first attempt at a trigger
+	// updates the status from that: the API server takes only the status of
+	// it, and the rest of the Certificate stays as its owner wrote it.
+	for i := range 3 {
+		crt := &cmapi.Certificate{}
+		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("agent-%d", i)}, crt)).To(Succeed())
+		g.Expect(crt.Status.Conditions).To(ContainElement(HaveField("Type", cmapi.CertificateConditionIssuing)))
+		g.Expect(crt.Status.Revision).To(Equal(ptr.To(1)), "the status of cert-manager's issuance stays")
+		g.Expect(crt.Status.NotAfter).NotTo(BeNil())
+		g.Expect(crt.Labels).To(HaveKeyWithValue("team", "edge"))
+		g.Expect(crt.Annotations).To(HaveKeyWithValue("example.com/owner", "edge"))
+		g.Expect(crt.Spec.DNSNames).To(Equal([]string{crt.Name + ".example.com"}))
+		g.Expect(crt.Spec.CommonName).To(Equal(crt.Name))
+	}
 
 	// A broken root: validity 0 and errors counted, the gateway untouched.
 	bad := &corev1.Secret{}
