@@ -3,11 +3,19 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
@@ -20,8 +28,10 @@ import (
 // --renewal-qps and cert-manager re-issues each. Three rotations, each
 // after the previous one has settled (server switched, old root retired).
 // Then the floor: dualca stopped, floorRuns more rotations whose triggers
-// a trivial loop sets at the same rate, cert-manager re-issuing the same
-// way.
+// a trivial loop sets at the same rate with the same requests, cert-manager
+// re-issuing the same way. Both are timed from the same event: the watch
+// event of the root Secret's version carrying the new root, which is what
+// dualca reacts to and what the floor starts from.
 func (b *bench) certManagerFanOut(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -62,14 +72,20 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 	if _, err := gw.trusting(ctx, 0, root); err != nil {
 		return err
 	}
+	rootWatch, err := w.watchSecret(ctx, rootCert)
+	if err != nil {
+		return err
+	}
+	current := root
 	for run := 1; run <= b.opts.fanoutRuns; run++ {
-		res, next, err := b.cmFanOutRun(ctx, ns, rootCert, names, nil)
+		res, next, err := b.cmFanOutRun(ctx, ns, rootCert, rootWatch, current, names, nil)
 		if err != nil {
 			return fmt.Errorf("run %d: %w", run, err)
 		}
 		b.report.cmFanout = append(b.report.cmFanout, res)
 		b.log("cert-manager fan-out run %d: %d triggered in %s (ideal %s), all re-issued %s after the rotation, API peak %.0f req/s",
 			run, n, res.total.Round(time.Millisecond), res.ideal, res.reissued.Round(time.Millisecond), res.peakRate)
+		current = next
 		fp := bundle.Fingerprint(next)
 		if _, err := gw.waitFor(ctx, gw.mark()-1, 5*time.Minute, "steady on the new root", func(v version) bool {
 			return v.state.Root == fp && v.state.Server == fp && v.state.Phase == bundle.PhaseSteady
@@ -84,7 +100,8 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 	// The floor: the same clients, the same rotations and re-issues, the
 	// triggers set by a trivial loop at the same rate instead of dualca.
 	for run := 1; run <= b.opts.floorRuns; run++ {
-		res, _, err := b.cmFanOutRun(ctx, ns, rootCert, names, b.floorTrigger)
+		res, next, err := b.cmFanOutRun(ctx, ns, rootCert, rootWatch, current, names, b.floorTrigger)
+		current = next
 		if err != nil {
 			return fmt.Errorf("floor run %d: %w", run, err)
 		}
@@ -95,27 +112,55 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 	return nil
 }
 
-// cmFanOutRun rotates the root and times the triggers of names, first to
-// last, and their re-issue by cert-manager. trigger, when not nil, sets
-// the triggers (the floor); otherwise dualca, running, does.
-func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, names []string,
-	trigger func(context.Context, string, []string) error) (fanoutResult, *x509.Certificate, error) {
+// cmFanOutRun rotates the root (current, watched through rootWatch) and
+// times the triggers of names, first to last, and their re-issue by
+// cert-manager, from the watch event of the root Secret's version carrying
+// the new root. trigger, when not nil, sets the triggers (the floor) from
+// that moment on, from the Certificates as listed before the rotation (what
+// dualca's cache holds); otherwise dualca, running, does.
+func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, rootWatch *secretWatch, current *x509.Certificate, names []string,
+	trigger func(context.Context, []cmapi.Certificate) (int64, error)) (fanoutResult, *x509.Certificate, error) {
 	n := len(names)
 	triggered, err := b.watchIssuing(ctx, ns)
 	if err != nil {
 		return fanoutResult{}, nil, err
 	}
-	retriggersBefore := b.cluster.Retriggers()
-	rates := b.sampleRequestRate(ctx)
-	rotated := time.Now()
-	next, err := b.cluster.RotateRoot(ctx, ns, rootCert)
-	if err != nil {
-		return fanoutResult{}, nil, err
-	}
+	var cached cmapi.CertificateList
 	if trigger != nil {
-		if err := trigger(ctx, ns, names); err != nil {
+		if err := b.cluster.Client.List(ctx, &cached, client.InNamespace(ns), client.MatchingLabels(selected)); err != nil {
 			return fanoutResult{}, nil, err
 		}
+		if len(cached.Items) != n {
+			return fanoutResult{}, nil, fmt.Errorf("the floor listed %d clients, not %d", len(cached.Items), n)
+		}
+	}
+	retriggersBefore := b.cluster.Retriggers()
+	rates := b.sampleRequestRate(ctx)
+	mark := rootWatch.mark()
+	old := bundle.Fingerprint(current)
+	g, gctx := errgroup.WithContext(ctx)
+	var next *x509.Certificate
+	g.Go(func() error {
+		var err error
+		next, err = b.cluster.RotateRoot(gctx, ns, rootCert)
+		return err
+	})
+	seen, err := rootWatch.waitFor(gctx, mark, 2*time.Minute, "the root Secret with a new root", func(v version) bool {
+		return len(v.trusts) > 0 && !v.trusts[old]
+	})
+	if err != nil {
+		return fanoutResult{}, nil, errors.Join(err, g.Wait())
+	}
+	rotated := seen.at
+	var rereads int64
+	if trigger != nil {
+		g.Go(func() (err error) {
+			rereads, err = trigger(gctx, cached.Items)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fanoutResult{}, nil, err
 	}
 	ideal := time.Duration(float64(n) / b.opts.qps * float64(time.Second))
 	if err := triggered.waitAll(ctx, n, 2*ideal+2*time.Minute); err != nil {
@@ -128,27 +173,34 @@ func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, names []st
 	r := rates.stop()
 	first, last := triggered.span()
 	return fanoutResult{clients: n, qps: b.opts.qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
-		peakRate: r.peak, meanRate: r.mean(first, last), reissued: reissued, retriggers: b.cluster.Retriggers() - retriggersBefore}, next, nil
+		peakRate: r.peak, meanRate: r.mean(first, last), reissued: reissued, retriggers: b.cluster.Retriggers() - retriggersBefore, rereads: rereads}, next, nil
 }
 
 // floorBurst is the floor's token bucket size: dualca's --renewal-burst
 // default.
 const floorBurst = 10
 
-// floorTrigger sets Issuing on every Certificate of names the way an
-// operator's loop around `cmctl renew` would: read it, write the condition
-// (a conflict reads it again), paced by a token bucket at the benchmark's
-// rate (dualca's --renewal-qps) and burst over as many workers as dualca's
-// renewer. It returns once every trigger is written.
-func (b *bench) floorTrigger(ctx context.Context, ns string, names []string) error {
+// floorTrigger sets Issuing on every Certificate of crts with the requests
+// dualca's renewer sends per client: one status update from the copy it
+// holds (here, as listed before the rotation; dualca's, its cache), and on
+// a conflict a read and another update. It is paced by a token bucket at
+// the benchmark's rate (dualca's --renewal-qps) and burst over as many
+// workers as dualca's renewer, and returns once every trigger is written,
+// with the count of conflicts that made it read a Certificate again.
+func (b *bench) floorTrigger(ctx context.Context, crts []cmapi.Certificate) (int64, error) {
+	began := time.Now()
+	var rereads, skipped atomic.Int64
+	defer func() {
+		b.log("the floor's triggers: %d written in %s, %d conflicts read again, %d already Issuing", len(crts), time.Since(began).Round(time.Millisecond), rereads.Load(), skipped.Load())
+	}()
 	limiter := rate.NewLimiter(rate.Limit(b.opts.qps), floorBurst)
-	work := make(chan string)
+	work := make(chan *cmapi.Certificate)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(work)
-		for _, name := range names {
+		for i := range crts {
 			select {
-			case work <- name:
+			case work <- &crts[i]:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -157,16 +209,47 @@ func (b *bench) floorTrigger(ctx context.Context, ns string, names []string) err
 	})
 	for range syncer.RenewalWorkers(b.opts.qps) {
 		g.Go(func() error {
-			for name := range work {
+			for crt := range work {
 				if err := limiter.Wait(ctx); err != nil {
 					return err
 				}
-				if err := b.cluster.Trigger(ctx, ns, name); err != nil {
+				if err := b.setIssuing(ctx, crt, &rereads, &skipped); err != nil {
 					return fmt.Errorf("floor: %w", err)
 				}
 			}
 			return nil
 		})
 	}
-	return g.Wait()
+	err := g.Wait()
+	return rereads.Load(), err
+}
+
+// setIssuing sets Issuing=True on crt, as `cmctl renew` and dualca do:
+// first on the copy given, then, after a conflict, on the Certificate read
+// again; one already Issuing is left alone.
+func (b *bench) setIssuing(ctx context.Context, from *cmapi.Certificate, rereads, skipped *atomic.Int64) error {
+	crt := from.DeepCopy()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if crt == nil {
+			rereads.Add(1)
+			crt = &cmapi.Certificate{}
+			if err := b.cluster.Client.Get(ctx, client.ObjectKeyFromObject(from), crt); err != nil {
+				return err
+			}
+		}
+		if isIssuing(crt) {
+			skipped.Add(1)
+			return nil
+		}
+		now := metav1.Now()
+		issuing := cmapi.CertificateCondition{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue,
+			Reason: "ManuallyTriggered", Message: "Certificate re-issuance manually triggered", LastTransitionTime: &now, ObservedGeneration: crt.Generation}
+		conditions := slices.DeleteFunc(crt.Status.Conditions, func(c cmapi.CertificateCondition) bool { return c.Type == cmapi.CertificateConditionIssuing })
+		crt.Status.Conditions = append(conditions, issuing)
+		err := b.cluster.Client.Status().Update(ctx, crt)
+		if err != nil {
+			crt = nil // read it again
+		}
+		return err
+	})
 }

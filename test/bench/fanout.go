@@ -336,4 +336,7 @@ type fanoutResult struct {
 	// retriggers counts the issuances cert-manager failed and the benchmark
 	// triggered again.
 	retriggers int64
+	// rereads counts the floor's triggers whose update conflicted and
+	// that read the Certificate again (dualca's are not counted here).
+	rereads int64
 }
