@@ -33,6 +33,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 
+	if err := servePprof(ctx); err != nil {
+		return err
+	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
