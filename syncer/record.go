@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"slices"
@@ -68,9 +67,10 @@ type record struct {
 	// (or it was never read: loaded).
 	last   *corev1.Secret
 	loaded bool
-	// rootsPEM and roots are roots.pem as last parsed: the same
-	// certificates, at the same addresses, at every reconcile until it
-	// changes, so the decisions' caches see them once.
+	// rootsPEM and roots are roots.pem as last parsed or written: the
+	// same certificates, at the same addresses, at every reconcile until
+	// it changes, so the decisions' caches see them once, and a record
+	// that remembers the same roots encodes none of them again.
 	rootsPEM []byte
 	roots    []*x509.Certificate
 }
@@ -128,7 +128,30 @@ func (r *record) write(ctx context.Context, ts []*targetState, digests, meant ma
 		return fmt.Errorf("writing dualca's record %s: %w", r.key, err)
 	}
 	r.last = rec
+	r.wroteRoots(rec.Data[recordRoots], d.Known)
 	return nil
+}
+
+// wroteRoots remembers that roots.pem was just written as data, the
+// encoding of certs, so that the next reconcile takes certs for it
+// instead of parsing it again. It takes them only where parsing data
+// would give them back (ParseCertificates refuses more than MaxPEMBytes;
+// parseCerts makes nothing of an empty roots.pem): a record read after a
+// restart knows exactly what this one does.
+func (r *record) wroteRoots(data []byte, certs []*x509.Certificate) {
+	if len(data) == 0 || len(data) > bundle.MaxPEMBytes || slices.Contains(certs, nil) {
+		return
+	}
+	r.rootsPEM, r.roots = data, slices.Clone(certs)
+}
+
+// encodeRoots is roots.pem holding certs: the bytes remembered when they
+// are the roots remembered, the same certificates in the same order.
+func (r *record) encodeRoots(certs []*x509.Certificate) []byte {
+	if len(certs) > 0 && len(r.rootsPEM) > 0 && slices.Equal(certs, r.roots) {
+		return r.rootsPEM
+	}
+	return bundle.Encode(certs)
 }
 
 // desired is the record describing the targets of digests. Each target's
@@ -144,7 +167,9 @@ func (r *record) desired(ts []*targetState, digests, meant map[string]string, d 
 	}
 	var last, lastPrevious map[string]string
 	if r.last != nil {
-		rec = r.last.DeepCopy()
+		shallow := *r.last
+		shallow.Data = nil // replaced below: not worth a copy
+		rec = shallow.DeepCopy()
 		last, lastPrevious = recordDigests(r.last, ts, false), recordDigests(r.last, ts, true)
 	}
 	rec.Annotations = d.State.Annotations()
@@ -168,7 +193,7 @@ func (r *record) desired(ts []*targetState, digests, meant map[string]string, d 
 	rec.Data = map[string][]byte{
 		corev1.TLSCertKey: d.CertPEM,
 		caKey:             d.CAPEM,
-		recordRoots:       encodeCerts(d.Known),
+		recordRoots:       r.encodeRoots(d.Known),
 	}
 	if bytes.Equal(d.KeyPEM, root.KeyPEM) {
 		rec.Annotations[annotationKeyDigest] = keyDigest(d.KeyPEM)
@@ -316,14 +341,6 @@ func dualcaAnnotations(a map[string]string) map[string]string {
 
 func dataEqual(a, b map[string][]byte) bool {
 	return maps.EqualFunc(a, b, bytes.Equal)
-}
-
-func encodeCerts(certs []*x509.Certificate) []byte {
-	var out []byte
-	for _, c := range certs {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	return out
 }
 
 // parseCerts reads the record's roots; a record damaged there (only

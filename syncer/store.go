@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -63,6 +64,8 @@ type gatewayStore struct {
 	// parsed remembers what the decisions parsed of the gateway's fields:
 	// at rest they hold the same bytes at every reconcile.
 	parsed *bundle.Parsed
+	// root is the root last validated; nil before one was.
+	root *bundle.Root
 }
 
 // targetState is a target and what the store keeps of it.
@@ -147,8 +150,30 @@ func (s *gatewayStore) readRoot(ctx context.Context, from client.Reader) (*bundl
 	if obj.Type != corev1.SecretTypeTLS {
 		return nil, obj, &bundle.InvalidError{Reason: fmt.Sprintf("root secret has type %q, want %q", obj.Type, corev1.SecretTypeTLS)}
 	}
-	root, err := bundle.ValidateRoot(obj.Data[corev1.TLSCertKey], obj.Data[corev1.TLSPrivateKeyKey], obj.Data[caKey], s.clock.Now())
+	root, err := s.validateRoot(obj.Data[corev1.TLSCertKey], obj.Data[corev1.TLSPrivateKeyKey], obj.Data[caKey])
 	return root, obj, err
+}
+
+// validateRoot is bundle.ValidateRoot of the root Secret's fields as of
+// now. The root last validated is taken again when the fields hold the
+// same bytes, checked again only for what depends on the time (its
+// validity as a CA, bundle.CheckCA, as ValidateRoot checks it): the
+// parse of a key and of certificates, and the key's match, give the same
+// from the same bytes. So a root read at every reconcile costs its
+// parsing once, and the decisions see one *bundle.Root per root.
+func (s *gatewayStore) validateRoot(certPEM, keyPEM, caPEM []byte) (*bundle.Root, error) {
+	now := s.clock.Now()
+	if last := s.root; last != nil && bytes.Equal(certPEM, last.CertPEM) && bytes.Equal(keyPEM, last.KeyPEM) && bytes.Equal(caPEM, last.CAPEM) {
+		if err := bundle.CheckCA(corev1.TLSCertKey, last.Cert, now); err != nil {
+			return nil, err
+		}
+		return last, nil
+	}
+	root, err := bundle.ValidateRoot(certPEM, keyPEM, caPEM, now)
+	if err == nil {
+		s.root = root
+	}
+	return root, err
 }
 
 // gatewayRead is the targets as a reconcile found them.

@@ -1,0 +1,140 @@
+package syncer
+
+import (
+	"context"
+	"crypto/x509"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/certs"
+)
+
+// The write path of a rotation: what a reconcile leaves out or takes
+// again from the last one so that a new root reaches the gateway sooner,
+// and why each shortcut decides exactly what the long way would.
+
+// TestTheStatusWaitsOnlyForAQueuedRoot: a reconcile leaves the status to
+// the next one only when a root event came while it ran, never with a
+// promote to consume, and never for longer than maxStatusWait.
+func TestTheStatusWaitsOnlyForAQueuedRoot(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := &Reconciler{status: &statusMap{}}
+	events := counted[*corev1.Secret](&r.rootEvents)
+	start := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
+	seen := r.rootEvents.Load()
+	g.Expect(r.statusCanWait(seen, start)).To(BeFalse(), "no root event meanwhile")
+
+	g.Expect(events.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectNew: &corev1.Secret{}})).To(BeTrue(), "counting filters nothing")
+	g.Expect(r.statusCanWait(seen, start)).To(BeTrue(), "a root event is queued")
+	seen = r.rootEvents.Load()
+	events.Create(event.TypedCreateEvent[*corev1.Secret]{Object: &corev1.Secret{}})
+	g.Expect(r.statusCanWait(seen, start.Add(maxStatusWait-time.Millisecond))).To(BeTrue(), "roots back to back, within the bound")
+	seen = r.rootEvents.Load()
+	events.Delete(event.TypedDeleteEvent[*corev1.Secret]{Object: &corev1.Secret{}})
+	g.Expect(r.statusCanWait(seen, start.Add(maxStatusWait))).To(BeFalse(), "waiting since the first, the bound is reached")
+
+	r.statusWaitingSince = time.Time{} // that reconcile published
+	r.status.read = &corev1.ConfigMap{}
+	r.status.read.Annotations = map[string]string{bundle.AnnotationPromote: "0123456789ab"}
+	seen = r.rootEvents.Load()
+	events.Generic(event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}})
+	g.Expect(r.statusCanWait(seen, start)).To(BeFalse(), "a promote is consumed with the decision that consumed it")
+
+	g.Expect((&Reconciler{}).statusCanWait(seen, start)).To(BeFalse(), "no status map, nothing to leave")
+}
+
+// TestTheRecordKnowsWhatItWroteWithoutParsingIt: after a write the
+// record takes the decision's roots for roots.pem, the same certificates
+// as a record read after a restart parses from it, and encodes the same
+// roots again as the same bytes.
+func TestTheRecordKnowsWhatItWroteWithoutParsingIt(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := newRotation(t)
+	key := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}
+	c := fake.NewClientBuilder().Build()
+	rec := &record{key: key, api: c, writer: c}
+	ts := combined()
+	_, err := rec.read(ctx, true)
+	g.Expect(err).NotTo(HaveOccurred())
+	d := rt.renew
+	g.Expect(d.Known).To(HaveLen(2), "the rotation knows both roots")
+	gw := ts[0].desired(nil, contentOf(d))
+	g.Expect(rec.write(ctx, ts, map[string]string{ts[0].id(): ts[0].digest(gw)}, nil, d, rt.r2)).To(Succeed())
+
+	known := rec.known(rec.last)
+	g.Expect(known).To(HaveLen(len(d.Known)))
+	for i := range known {
+		g.Expect(known[i]).To(BeIdenticalTo(d.Known[i]), "root %d is the decision's, not parsed again", i)
+	}
+	g.Expect(rec.encodeRoots(d.Known)).To(Equal(bundle.Encode(d.Known)))
+
+	restarted := &record{key: key, api: c, writer: c}
+	found, err := restarted.read(ctx, true)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(found.Data[recordRoots]).To(Equal(bundle.Encode(d.Known)), "roots.pem as written")
+	g.Expect(raws(restarted.known(found))).To(Equal(raws(known)), "a restart knows the same roots")
+
+	other := []*x509.Certificate{d.Known[1], d.Known[0]}
+	g.Expect(rec.encodeRoots(other)).To(Equal(bundle.Encode(other)), "other roots, or another order, are encoded")
+
+	big := &record{}
+	huge := make([]byte, bundle.MaxPEMBytes+1)
+	big.wroteRoots(huge, d.Known)
+	g.Expect(big.roots).To(BeNil(), "what a parse would refuse is never remembered as known")
+}
+
+func raws(cs []*x509.Certificate) [][]byte {
+	out := make([][]byte, len(cs))
+	for i, c := range cs {
+		out[i] = c.Raw
+	}
+	return out
+}
+
+// TestTheRootIsParsedOncePerContent: the same bytes give the same root,
+// checked again for its dates at every read; other bytes are validated
+// afresh; an invalid root is never remembered.
+func TestTheRootIsParsedOncePerContent(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(now)
+	s := &gatewayStore{clock: clk}
+	ca1 := certs.MustNew(t, "root-1", now.Add(-time.Hour), now.Add(time.Hour), certs.Options{IsCA: true}, nil)
+	ca2 := certs.MustNew(t, "root-2", now.Add(-time.Hour), now.Add(48*time.Hour), certs.Options{IsCA: true}, nil)
+
+	first, err := s.validateRoot(ca1.CertPEM, ca1.KeyPEM, ca1.CertPEM)
+	g.Expect(err).NotTo(HaveOccurred())
+	again, err := s.validateRoot(append([]byte(nil), ca1.CertPEM...), ca1.KeyPEM, ca1.CertPEM)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(BeIdenticalTo(first), "the same bytes, the same root")
+
+	_, err = s.validateRoot(ca1.CertPEM, ca2.KeyPEM, ca1.CertPEM)
+	g.Expect(err).To(HaveOccurred(), "another key: validated afresh, and refused")
+	g.Expect(s.root).To(BeIdenticalTo(first), "a refused root is not remembered")
+
+	second, err := s.validateRoot(ca2.CertPEM, ca2.KeyPEM, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(second.Fingerprint).To(Equal(bundle.Fingerprint(ca2.Cert)))
+
+	s.root = first
+	clk.SetTime(now.Add(2 * time.Hour))
+	_, err = s.validateRoot(ca1.CertPEM, ca1.KeyPEM, ca1.CertPEM)
+	_, want := bundle.ValidateRoot(ca1.CertPEM, ca1.KeyPEM, ca1.CertPEM, clk.Now())
+	g.Expect(want).To(HaveOccurred())
+	g.Expect(err).To(MatchError(want.Error()), "an expired root is refused as ValidateRoot refuses it")
+	var invalid *bundle.InvalidError
+	g.Expect(err).To(BeAssignableToTypeOf(invalid))
+}
