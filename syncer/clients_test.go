@@ -103,12 +103,12 @@ func selections() map[string]ClientSelection {
 	}
 }
 
-// TestClientReadsListOnlyAfterAChange: a watched tracker lists the clients
-// at its first read and again only after an event; between events it
-// returns the last read's result (a reconcile at rest costs nothing per
-// client). A tracker nothing tells of changes (dualca status) lists at
-// every read.
-func TestClientReadsListOnlyAfterAChange(t *testing.T) {
+// TestAWatchedTrackerReadsWhatItWasToldAndOnlyAfterAChange: a watched
+// tracker never lists the cache: it reads the objects the cache's event
+// handlers told it of, and between events returns the last read's result
+// (a reconcile at rest costs nothing per client). A tracker nothing tells
+// of changes (dualca status) lists at every read.
+func TestAWatchedTrackerReadsWhatItWasToldAndOnlyAfterAChange(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -120,38 +120,51 @@ func TestClientReadsListOnlyAfterAChange(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	crt := clientCert("agent-1", ptr.To(1))
-	tracker, reader, store := newTracker(g, crt, request(crt, 1, "", leaf1, ca.CertPEM))
+	req1 := request(crt, 1, "", leaf1, ca.CertPEM)
+	tracker, reader, _ := newTracker(g, crt, req1)
 	tracker.watched()
+	tracker.changed(crt.DeepCopy(), false)
+	tracker.changed(req1.DeepCopy(), false)
 
 	first, views, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(first.Items).To(HaveLen(1))
 	g.Expect(views).To(HaveKey("agents/agent-1"))
-	g.Expect(reader.lists.Load()).To(BeEquivalentTo(2), "Certificates and CertificateRequests listed")
+	g.Expect(reader.lists.Load()).To(BeZero(), "a watched tracker never lists the cache")
 	for range 3 {
 		again, _, err := tracker.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(again.Items).To(Equal(first.Items))
+		g.Expect(&again.Items[0]).To(BeIdenticalTo(&first.Items[0]), "no event, the last read's result")
 	}
-	g.Expect(reader.lists.Load()).To(BeEquivalentTo(2), "no event, no list")
 
-	// cert-manager issues revision 2: its request, then the revision.
-	g.Expect(store.Create(ctx, request(crt, 2, "", leaf2PEM, ca.CertPEM))).To(Succeed())
-	crt.Status.Revision = ptr.To(2)
-	g.Expect(store.Update(ctx, crt)).To(Succeed())
-	tracker.changed()
+	// cert-manager issues revision 2: its request, then the revision, then
+	// it deletes the request of revision 1.
+	crt2 := crt.DeepCopy()
+	crt2.Status.Revision = ptr.To(2)
+	tracker.changed(request(crt, 2, "", leaf2PEM, ca.CertPEM), false)
+	tracker.changed(crt2, false)
+	tracker.changed(req1.DeepCopy(), true)
 	renewed, _, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(reader.lists.Load()).To(BeEquivalentTo(4), "an event, a list")
 	g.Expect(renewed.Items).To(HaveLen(1))
-	g.Expect(renewed.Items[0].Leaf.Equal(leaf2)).To(BeTrue(), "the read after the event sees the renewed leaf")
+	g.Expect(renewed.Items[0].Leaf.Equal(leaf2)).To(BeTrue(), "the read after the events sees the renewed leaf")
+
+	// The Certificate is deleted: no client, nothing remembered of it.
+	tracker.changed(crt2, true)
+	gone, _, err := tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gone.Items).To(BeEmpty())
+	g.Expect(tracker.held).To(BeEmpty())
+	g.Expect(tracker.cas).To(BeEmpty())
+	g.Expect(reader.lists.Load()).To(BeZero())
 
 	unwatched := &clientTracker{reader: reader, selection: tracker.selection, namespaces: tracker.namespaces}
 	for range 2 {
-		_, _, err := unwatched.read(ctx)
+		cs, _, err := unwatched.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cs.Items).To(HaveLen(1), "the reader still holds revision 1")
 	}
-	g.Expect(reader.lists.Load()).To(BeEquivalentTo(8), "a tracker told of no change lists at every read")
+	g.Expect(reader.lists.Load()).To(BeEquivalentTo(4), "a tracker told of no change lists at every read")
 	g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
 }
 

@@ -131,8 +131,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 	if c.clients != nil {
 		// Every client change may move a rotation on: one work item again,
 		// after a wait that lets a burst of changes share a reconcile.
-		// The tracker hears of each change first, so that reconcile lists
-		// the clients afresh.
+		// The tracker hears of each object first, so that reconcile reads
+		// it; the controller starts no reconcile before each source's
+		// handler has had every object the cache held at start.
 		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed))).
 			WatchesRawSource(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed)))
 	}
@@ -174,10 +175,12 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 
 // waitingWorkItem maps every event to req, added to the queue after wait():
 // an event that comes while req already waits changes nothing, so a burst
-// of events becomes one reconcile. Each event calls changed first.
-func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func()) handler.TypedEventHandler[T, reconcile.Request] {
-	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		changed()
+// of events becomes one reconcile. Each event first tells changed of the
+// object (gone: deleted), in the same handler, so the reconcile it queues
+// reads the change.
+func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func(client.Object, bool)) handler.TypedEventHandler[T, reconcile.Request] {
+	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj T, gone bool) {
+		changed(obj, gone)
 		if d := wait(); d > 0 {
 			q.AddAfter(req, d)
 			return
@@ -185,17 +188,17 @@ func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Du
 		q.Add(req)
 	}
 	return handler.TypedFuncs[T, reconcile.Request]{
-		CreateFunc: func(_ context.Context, _ event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q)
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, false)
 		},
-		UpdateFunc: func(_ context.Context, _ event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q)
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.ObjectNew, false)
 		},
-		DeleteFunc: func(_ context.Context, _ event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q)
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, true)
 		},
-		GenericFunc: func(_ context.Context, _ event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(q)
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[T], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(q, e.Object, false)
 		},
 	}
 }

@@ -2,14 +2,17 @@ package syncer
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -26,13 +29,20 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 
 	const wait = 300 * time.Millisecond
 	var changes atomic.Int32
-	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait }, func() { changes.Add(1) })
+	var told []string // what the tracker was told of the last two events, NAME/gone
+	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait }, func(o client.Object, gone bool) {
+		changes.Add(1)
+		told = append(told[max(0, len(told)-1):], fmt.Sprintf("%s/%t", o.GetName(), gone))
+	})
+	named := func(name string) *corev1.Secret { return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}} }
 	began := time.Now()
 	for range 500 {
-		h.Update(context.Background(), event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: &corev1.Secret{}, ObjectNew: &corev1.Secret{}}, q)
+		h.Update(context.Background(), event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: named("old"), ObjectNew: named("new")}, q)
 	}
-	h.Create(context.Background(), event.TypedCreateEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
-	h.Delete(context.Background(), event.TypedDeleteEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
+	h.Create(context.Background(), event.TypedCreateEvent[*corev1.Secret]{Object: named("created")}, q)
+	g.Expect(told).To(Equal([]string{"new/false", "created/false"}), "an update tells of the new object")
+	h.Delete(context.Background(), event.TypedDeleteEvent[*corev1.Secret]{Object: named("deleted")}, q)
+	g.Expect(told).To(Equal([]string{"created/false", "deleted/true"}), "a deletion tells the object is gone")
 	g.Expect(changes.Load()).To(BeEquivalentTo(502), "the tracker hears of every event at once, before its work item is queued")
 	g.Expect(q.Len()).To(BeZero(), "nothing is queued before the wait ends")
 	g.Eventually(q.Len).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(Equal(1))
@@ -42,7 +52,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	q.Done(got)
 	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "502 events made one work item")
 
-	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func() {})
+	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func(client.Object, bool) {})
 	now.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
 	g.Expect(q.Len()).To(Equal(1), "without a wait the event is a work item at once")
 }
