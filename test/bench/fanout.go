@@ -64,14 +64,10 @@ func (b *bench) createIssued(ctx context.Context, ns string, root *certs.CA, fro
 			name := name(i)
 			// One key for all, a certificate each: signing is cheap, key
 			// generation is not, and dualca checks each leaf on its own.
-			leaf, err := certs.New(name, now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{Key: key}, root)
+			crt := agentCertificate(ns, name, labels)
+			leaf, err := certs.New(name, now.Add(-time.Minute), now.Add(24*time.Hour), certs.Options{Key: key, DNSNames: crt.Spec.DNSNames}, root)
 			if err != nil {
 				return err
-			}
-			crt := &cmapi.Certificate{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-				Spec: cmapi.CertificateSpec{CommonName: name, SecretName: name,
-					IssuerRef: cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"}},
 			}
 			if err := b.cluster.Client.Create(ctx, crt); err != nil {
 				return err
@@ -80,6 +76,34 @@ func (b *bench) createIssued(ctx context.Context, ns string, root *certs.CA, fro
 		})
 	}
 	return g.Wait()
+}
+
+// agentCertificate is a client Certificate as a platform team writes one
+// for an agent (through a Helm chart: its labels and annotations), with
+// what cert-manager reads of it: names, usages, key settings, lifetime,
+// the Secret's template. dualca's memory per client is measured on these,
+// not on Certificates of a name and an issuer alone.
+func agentCertificate(ns, name string, labels map[string]string) *cmapi.Certificate {
+	all := map[string]string{"app.kubernetes.io/name": "agent", "app.kubernetes.io/instance": name,
+		"app.kubernetes.io/managed-by": "Helm", "app.kubernetes.io/part-of": "edge-fleet"}
+	for k, v := range labels {
+		all[k] = v
+	}
+	return &cmapi.Certificate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: all,
+			Annotations: map[string]string{"meta.helm.sh/release-name": "edge-fleet", "meta.helm.sh/release-namespace": ns}},
+		Spec: cmapi.CertificateSpec{
+			CommonName:     name,
+			DNSNames:       []string{name + ".agents.example.com", name + "." + ns + ".svc", name + "." + ns + ".svc.cluster.local"},
+			SecretName:     name,
+			SecretTemplate: &cmapi.CertificateSecretTemplate{Labels: map[string]string{"app.kubernetes.io/name": "agent"}},
+			Duration:       &metav1.Duration{Duration: 2160 * time.Hour},
+			RenewBefore:    &metav1.Duration{Duration: 360 * time.Hour},
+			Usages:         []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageKeyEncipherment, cmapi.UsageClientAuth},
+			PrivateKey:     &cmapi.CertificatePrivateKey{Algorithm: cmapi.ECDSAKeyAlgorithm, Size: 256, RotationPolicy: cmapi.RotationPolicyAlways},
+			IssuerRef:      cmmeta.IssuerReference{Name: "agents", Kind: "Issuer", Group: "cert-manager.io"},
+		},
+	}
 }
 
 // triggerFanOut rotates the root of w under a running dualca p that

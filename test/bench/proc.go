@@ -141,7 +141,13 @@ func (p *process) alive() error {
 }
 
 // rss is the process's resident set size in bytes, from /proc.
-func (p *process) rss() (int64, error) {
+func (p *process) rss() (int64, error) { return p.status("VmRSS") }
+
+// peakRSS is the highest resident set size the process has had, in bytes.
+func (p *process) peakRSS() (int64, error) { return p.status("VmHWM") }
+
+// status reads a size field of the process's /proc status, in bytes.
+func (p *process) status(field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -149,12 +155,12 @@ func (p *process) rss() (int64, error) {
 	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(s.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
 // scrape returns the text of the process's metrics endpoint.

@@ -22,6 +22,12 @@ import (
 // measured again.
 func (b *bench) scale(ctx context.Context) error {
 	b.report.touches = b.opts.touches
+	base, err := b.scalePoint(ctx, 0, false)
+	if err != nil {
+		return fmt.Errorf("no clients: %w", err)
+	}
+	b.report.scaleBase = base.rss
+	b.log("scale: a dualca selecting no client holds %s", mib(base.rss))
 	for i, n := range b.opts.scale {
 		last := i == len(b.opts.scale)-1
 		pt, err := b.scalePoint(ctx, n, last)
@@ -73,6 +79,9 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scaleP
 	if pt.rss, err = settledRSS(ctx, p); err != nil {
 		return pt, err
 	}
+	if n == 0 {
+		return pt, nil // the baseline: what dualca holds for no client
+	}
 	if pt.reconcile, err = b.reconcileAtRest(ctx, w, p); err != nil {
 		return pt, err
 	}
@@ -81,7 +90,23 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scaleP
 			return pt, err
 		}
 	}
-	pt.fanout, err = b.triggerFanOut(ctx, w, gw, p, roots[1], n, scaleQPS)
+	before, err := p.scrape(ctx)
+	if err != nil {
+		return pt, err
+	}
+	churnBegan := time.Now()
+	if pt.fanout, err = b.triggerFanOut(ctx, w, gw, p, roots[1], n, scaleQPS); err != nil {
+		return pt, err
+	}
+	after, err := p.scrape(ctx)
+	if err != nil {
+		return pt, err
+	}
+	pt.churn, pt.churnWindow = quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), time.Since(churnBegan)
+	if pt.peakRSS, err = p.peakRSS(); err != nil {
+		return pt, err
+	}
+	pt.afterRSS, err = settledRSS(ctx, p)
 	return pt, err
 }
 
@@ -177,6 +202,14 @@ type scalePoint struct {
 	rss       int64
 	reconcile histogramQuantiles
 	fanout    fanoutResult
+	// churn are the reconciles from the rotation to the last trigger of
+	// the fan-out, a window of churnWindow: every trigger is a client's
+	// change.
+	churn       histogramQuantiles
+	churnWindow time.Duration
+	// peakRSS is the highest resident set of the process, read after the
+	// fan-out; afterRSS its settled resident set then.
+	peakRSS, afterRSS int64
 	// orphans and orphanRSS: the issued Certificates of no selected
 	// client added, and a fresh dualca's memory then.
 	orphans   int
