@@ -1,9 +1,13 @@
 package syncer
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dualca/dualca/bundle"
 )
@@ -30,4 +34,33 @@ func TestSameReasonTogether(t *testing.T) {
 			NewWithT(t).Expect(sameReasonTogether(tt.in)).To(Equal(tt.want))
 		})
 	}
+}
+
+// TestALongEventIsCutToWhatTheEventsAPIAccepts: roots retired by the
+// dozen make one event whose note would be refused (and the event lost);
+// it is cut within the limit, at a character boundary, and a short one
+// is left whole.
+func TestALongEventIsCutToWhatTheEventsAPIAccepts(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	var many []bundle.Event
+	for i := range 40 {
+		many = append(many, bundle.Event{Reason: bundle.ReasonRootRetired,
+			Message: fmt.Sprintf(`root "bench-root-ca" (%012d) retired: the server and every selected client have moved on — é`, i)})
+	}
+	joined := sameReasonTogether(many)
+	g.Expect(joined).To(HaveLen(1))
+	g.Expect(len(joined[0].Message)).To(BeNumerically(">", maxEventNote), "the case that was refused")
+
+	rec := &recordedEvents{}
+	r := &reporter{recorder: rec}
+	r.event(&corev1.Secret{}, joined[0])
+	r.event(&corev1.Secret{}, many[0])
+	g.Expect(rec.events).To(HaveLen(2))
+	cut := rec.events[0].note
+	g.Expect(len(cut)).To(BeNumerically("<=", maxEventNote))
+	g.Expect(utf8.ValidString(cut)).To(BeTrue(), "cut at a character boundary")
+	g.Expect(cut).To(HaveSuffix(eventCut))
+	g.Expect(joined[0].Message).To(HavePrefix(strings.TrimSuffix(cut, eventCut)))
+	g.Expect(rec.events[1].note).To(Equal(many[0].Message), "a short note is whole")
 }

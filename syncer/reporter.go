@@ -201,7 +201,7 @@ func (r *reporter) event(gateway client.Object, e bundle.Event) {
 	if e.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	r.recorder.Eventf(gateway, nil, typ, e.Reason, "Sync", "%s", e.Message)
+	r.recorder.Eventf(gateway, nil, typ, e.Reason, "Sync", "%s", note(e.Message))
 }
 
 // sameReasonTogether joins the events of one decision that share a reason
