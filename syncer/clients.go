@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -264,6 +266,14 @@ type clientTracker struct {
 	// clients. An entry no held credential carries is dropped at the end
 	// of the list that left it unused.
 	cas map[[sha256.Size]byte]clientCA
+	// ahead holds, during a read, the leaves parseAhead parsed.
+	ahead map[*cmapi.CertificateRequest]parsedLeaf
+}
+
+// parsedLeaf is a request's leaf as ParseClientLeaf read it.
+type parsedLeaf struct {
+	leaf    *x509.Certificate
+	problem string
 }
 
 // clientCA is a parsed ca.crt and what is wrong with it ("" when nothing).
@@ -461,6 +471,8 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 		c := claims[k]
 		claims[k] = claim{request: cr, n: c.n + 1}
 	}
+	t.ahead = t.parseAhead(claims)
+	defer func() { t.ahead = nil }()
 	for _, crt := range certs {
 		if !t.selection.Selects(crt) {
 			continue // not a client: not followed, not remembered
@@ -499,6 +511,61 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 	}
 	return out, views
 }
+
+// parseAhead parses, on every core, the leaves of the requests claiming a
+// revision alone that the tracker has never held: at start, or in a
+// fan-out, thousands at once, each a signature check against its ca.crt
+// (most of the time of a start with tens of thousands of clients). The
+// ca.crt are parsed first, once each. What it returns only spares parse
+// the work; parse decides what is held as it always does. The caller
+// holds t.mu.
+func (t *clientTracker) parseAhead(claims map[claimKey]claim) map[*cmapi.CertificateRequest]parsedLeaf {
+	held := make(map[types.UID]bool, len(t.held))
+	for _, h := range t.held {
+		held[h.request] = true
+	}
+	var todo []*cmapi.CertificateRequest
+	for _, c := range claims {
+		if c.n == 1 && len(c.request.Status.Certificate) > 0 && !held[c.request.UID] {
+			todo = append(todo, c.request)
+		}
+	}
+	if len(todo) < parseAheadAtLeast {
+		return nil
+	}
+	cas := make([]clientCA, len(todo))
+	for i, cr := range todo {
+		sum := sha256.Sum256(cr.Status.CA)
+		ca, ok := t.cas[sum]
+		if !ok {
+			ca.certs, ca.problem = bundle.ParseClientCA(cr.Status.CA)
+			if t.cas == nil {
+				t.cas = map[[sha256.Size]byte]clientCA{}
+			}
+			t.cas[sum] = ca
+		}
+		cas[i] = ca
+	}
+	leaves := make([]parsedLeaf, len(todo))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, cr := range todo {
+		g.Go(func() error {
+			leaves[i].leaf, leaves[i].problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, cas[i].certs)
+			return nil
+		})
+	}
+	_ = g.Wait() // nothing fails: a damaged leaf is a problem, not an error
+	out := make(map[*cmapi.CertificateRequest]parsedLeaf, len(todo))
+	for i, cr := range todo {
+		out[cr] = leaves[i]
+	}
+	return out
+}
+
+// parseAheadAtLeast is how many new leaves are worth starting goroutines
+// for; fewer are parsed in line.
+const parseAheadAtLeast = 64
 
 // current returns the credential crt holds at its current revision, from
 // the one request of that revision crt controls (returned too), or as
@@ -566,7 +633,11 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 		t.cas[caSum] = ca
 	}
 	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum, caSum: caSum, ca: ca.certs}
-	h.leaf, h.problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, ca.certs)
+	if l, ok := t.ahead[cr]; ok {
+		h.leaf, h.problem = l.leaf, l.problem
+	} else {
+		h.leaf, h.problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, ca.certs)
+	}
 	if h.leaf != nil && ca.problem != "" {
 		h.problem = ca.problem // tls.crt's own problem first, then ca.crt's
 	}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -366,4 +367,88 @@ func TestClientsOfOneCAShareItsParse(t *testing.T) {
 	}
 	g.Expect(tracker.cas).To(HaveLen(1), "r1's ca.crt is carried by no client now")
 	g.Expect(tracker.cas).To(HaveKey(sha256.Sum256(r2.CertPEM)))
+}
+
+// TestManyNewClientsAreParsedAsOneAtATime: past parseAheadAtLeast new
+// leaves, a read parses them on every core; what it holds is what a read
+// of one client at a time holds: each leaf, each problem, one parse of
+// the shared ca.crt, and a later read keeps the same leaves.
+func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	r1, r2 := certs.MustCA(t, "root", 48*time.Hour), certs.MustCA(t, "root", 48*time.Hour)
+	n := parseAheadAtLeast + 6
+	var objs []client.Object
+	for i := range n {
+		name := fmt.Sprintf("agent-%03d", i)
+		_, leaf, _, err := r1.Leaf(name, now.Add(-time.Hour), now.Add(time.Hour))
+		g.Expect(err).NotTo(HaveOccurred())
+		ca := r1.CertPEM
+		switch i {
+		case 3:
+			ca = r2.CertPEM // a leaf its ca.crt did not issue
+		case 5:
+			leaf = []byte("junk")
+		}
+		crt := clientCert(name, ptr.To(1))
+		objs = append(objs, crt, request(crt, 1, "", leaf, ca))
+	}
+	read := func(sel *clientTracker) bundle.Clients {
+		cs, _, err := sel.read(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		return cs
+	}
+	many, _, _ := newTracker(g, objs...)
+	many.signatures = bundle.NewSignatures()
+	all := read(many)
+	g.Expect(all.Items).To(HaveLen(n))
+	byName := map[string]bundle.Client{}
+	for _, c := range all.Items {
+		byName[c.Name] = c
+	}
+	for i := range n {
+		c := byName[fmt.Sprintf("agents/agent-%03d", i)]
+		switch i {
+		case 3:
+			g.Expect(c.On(r1.Cert, now)).To(BeFalse(), "its ca.crt does not trust r1")
+			g.Expect(c.Uses(r1.Cert, now)).To(BeTrue())
+		case 5:
+			g.Expect(c.Leaf).To(BeNil())
+		default:
+			g.Expect(c.On(r1.Cert, now)).To(BeTrue(), c.Name)
+		}
+	}
+	g.Expect(many.cas).To(HaveLen(2), "r1's ca.crt parsed once, r2's once")
+	problems := map[string]string{}
+	for uid, h := range many.held {
+		if h.problem != "" {
+			problems[string(uid)] = h.problem
+		}
+	}
+	g.Expect(problems).To(Equal(map[string]string{
+		"uid-agent-003": "tls.crt: not issued by any certificate of ca.crt",
+		"uid-agent-005": "tls.crt: has data before the first PEM block",
+	}))
+
+	// One at a time, the same.
+	for i := range n {
+		one, _, _ := newTracker(g, objs[2*i], objs[2*i+1])
+		cs := read(one)
+		g.Expect(cs.Items).To(HaveLen(1))
+		want := byName[cs.Items[0].Name]
+		g.Expect(cs.Items[0].Leaf == nil).To(Equal(want.Leaf == nil))
+		if want.Leaf != nil {
+			g.Expect(cs.Items[0].Leaf.Equal(want.Leaf)).To(BeTrue())
+		}
+		for uid, h := range one.held {
+			g.Expect(h.problem).To(Equal(problems[string(uid)]), cs.Items[0].Name)
+		}
+	}
+
+	again := read(many)
+	for _, c := range again.Items {
+		g.Expect(c.Leaf).To(BeIdenticalTo(byName[c.Name].Leaf), "held leaves are not parsed again")
+	}
 }
