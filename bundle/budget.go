@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	"crypto/x509"
 	"slices"
 )
@@ -21,23 +22,36 @@ import (
 // leave the bundle before their retirement, oldest first, with a
 // RootTrimmed Warning, until it fits. Expired roots have left already
 // (retire.go). Never trimmed: the current root, the server's root, a root
-// a selected client's unexpired leaf chains to, and, while a client is
-// unknown (it may use any root) or clients are not tracked (nobody is
-// known not to use one), any root at all.
+// a selected client's unexpired leaf chains to, a root the server's chain
+// runs through (a cross-certificate of tls.crt certifies it or is signed
+// by it) while a client uses a root of that chain but the current one
+// (such clients verify the server along the chain, through the roots
+// before theirs, and dualca holds no older root's key to sign a shorter
+// path),
+// and, while a client is unknown (it may use any root) or clients are not
+// tracked (nobody is known not to use one), any root at all.
 //
-// A plan that still does not fit, and is larger than the gateway found
-// (writing one no larger makes nothing worse, and lets retirements and
-// switches go on), is refused as a whole: the decision is
+// A plan that still does not fit is refused as a whole: the decision is
 // the gateway as found, byte for byte, state included (nothing is
 // half-written: no target, no record), with a BundleTooLarge Warning and
-// no renewal; its new root is not trusted, so clients cert-manager issues
+// no renewal. Its new root is not trusted, so clients cert-manager issues
 // from it are refused by the gateway until the plan fits (an issuing
-// Secret, issuing.go, does not move to it meanwhile). Every reconcile
-// plans again, so the refusal ends by itself once clients leave old
-// roots or those expire; the moments at which that can happen by time
-// alone are the refusal's Upcoming. A new gateway, holding the current
-// root alone, is never refused: no smaller bundle exists, and the root
-// Secret's own validation bounds that root.
+// Secret, issuing.go, does not move to it meanwhile, unless found
+// tampered with or expired: the new root, the only key dualca holds, is
+// then written over it, and what it signs is refused as what it replaced
+// would have been). Every reconcile
+// plans again, so the refusal ends by itself once clients leave old roots
+// or those expire; the moments at which time alone can do that are the
+// refusal's Upcoming.
+//
+// Not refused, and written trimmed as far as the rule allows: a plan no
+// larger than the gateway found where it is over (nothing grows, and
+// retirements and switches go on), and a gateway that is not as dualca
+// wrote it (new, adopted, edited, holding a CA or a credential dualca did
+// not write), since there is nothing of dualca's to keep there: the plan,
+// made of what dualca trusts alone, replaces it. The syncer decides from
+// dualca's own record, so the latter is a first or a legacy gateway
+// adopted, holding the current root and those clients use, not hundreds.
 
 // MaxDataBytes bounds what a decision writes into one object: tls.crt,
 // tls.key and ca.crt together.
@@ -72,27 +86,29 @@ func (b Budget) over(bundleBytes, credBytes int) string {
 }
 
 // fit trims kept (newest first) until it fits the budget beside cred, and
-// reports why it cannot when it still does not ("" when it fits). cred's
-// cross-chain follows the roots trimmed.
-func (p *planning) fit(kept []*x509.Certificate, cred *server) ([]*x509.Certificate, string) {
+// reports why it cannot when it still does not and the gateway found,
+// intact, is to be kept ("" when it fits). cred's cross-chain follows the
+// roots trimmed.
+func (p *planning) fit(kept []*x509.Certificate, cred *server, intact bool) ([]*x509.Certificate, string) {
 	b := p.t.Budget.withDefaults()
 	credBytes := EncodedLen(cred.chain()) + len(cred.keyPEM)
 	size := EncodedLen(kept)
 	why := b.over(size, credBytes)
-	if why == "" || !p.gw.Exists {
+	if why == "" {
 		return kept, ""
 	}
 	sigs := p.clients.Signatures
 	var trimmed []*x509.Certificate
+	trimmable := p.trimmable(kept, cred)
 	for i := len(kept) - 1; i >= 0 && why != ""; i-- {
-		if !p.trimmable(kept[i], cred.root) {
+		if !trimmable[i] {
 			continue
 		}
 		size -= EncodedLen(kept[i : i+1])
 		trimmed = append(trimmed, kept[i])
 		why = b.over(size, credBytes)
 	}
-	if why != "" && p.grows(size, credBytes) {
+	if why != "" && intact && p.grows(size, credBytes) {
 		return kept, why + ", keeping every root the current root, the server or a client may need (" + plural(len(kept)-len(trimmed), "root") + ")"
 	}
 	kept = slices.DeleteFunc(slices.Clone(kept), func(c *x509.Certificate) bool {
@@ -102,8 +118,18 @@ func (p *planning) fit(kept []*x509.Certificate, cred *server) ([]*x509.Certific
 		p.emit(Event{Warning: true, Reason: ReasonRootTrimmed, Message: "root " + describe(r) +
 			" left the bundle before its retirement, no selected client using it, to keep the gateway within its budget: " + b.over(size+EncodedLen(trimmed), credBytes)})
 	}
-	cred.crosses = p.crossChain(cred.root, cred.crosses, kept)
+	if len(trimmed) > 0 {
+		cred.crosses = p.crossChain(cred.root, cred.crosses, kept)
+	}
 	return kept, ""
+}
+
+// intact reports whether the gateway found is as dualca wrote it: its
+// state, a ca.crt of roots read from the root Secret alone (trusted holds
+// them all), the server credential recorded.
+func (p *planning) intact(trusted []*x509.Certificate, found *server) bool {
+	return p.gw.Exists && !p.adopting && !p.edited && found != nil &&
+		len(trusted) == len(p.gw.Parsed.casIn(p.gw.CAPEM))
 }
 
 // grows reports whether a bundle of bundleBytes beside a credential of
@@ -115,13 +141,33 @@ func (p *planning) grows(bundleBytes, credBytes int) bool {
 	return bundleBytes > b.Bundle && bundleBytes > found || bundleBytes+credBytes > b.Data && bundleBytes+credBytes > foundData
 }
 
-// trimmable reports whether root may leave the bundle to keep it within
-// the budget: clients are tracked, none uses it (an unknown one uses every
-// root), and it is neither the current root nor the server's.
-func (p *planning) trimmable(root, server *x509.Certificate) bool {
+// trimmable reports which roots of kept may leave the bundle to keep it
+// within the budget: clients are tracked, none uses it (an unknown one
+// uses every root), it is neither the current root nor the server's, and
+// if the server's chain runs through it, no client uses a root of the
+// chain but the current one.
+func (p *planning) trimmable(kept []*x509.Certificate, cred *server) []bool {
 	sigs := p.clients.Signatures
-	fp := sigs.fingerprint(root)
-	return p.clients.Tracked && fp != p.root.Fingerprint && fp != sigs.fingerprint(server) && !usedByAny(p.clients, root, p.now)
+	used, onChain := make([]bool, len(kept)), make([]bool, len(kept))
+	chainInUse := false
+	for i, r := range kept {
+		used[i], onChain[i] = usedByAny(p.clients, r, p.now), cred.runsThrough(r, sigs)
+		chainInUse = chainInUse || onChain[i] && used[i] && sigs.fingerprint(r) != p.root.Fingerprint
+	}
+	out := make([]bool, len(kept))
+	for i, r := range kept {
+		fp := sigs.fingerprint(r)
+		out[i] = p.clients.Tracked && fp != p.root.Fingerprint && fp != sigs.fingerprint(cred.root) && !used[i] && !(onChain[i] && chainInUse)
+	}
+	return out
+}
+
+// runsThrough reports whether the server chain runs through root: one of
+// its cross-certificates certifies root's key or was signed by root.
+func (s *server) runsThrough(root *x509.Certificate, sigs *Signatures) bool {
+	return slices.ContainsFunc(s.crosses, func(c *x509.Certificate) bool {
+		return bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) || sigs.ChainsTo(c, root)
+	})
 }
 
 // refuse is the decision that keeps the gateway as found, because the

@@ -106,7 +106,7 @@ func TestPlanKeepsTheGatewayWithinItsBudget(t *testing.T) {
 			wantEvents: []wantEvent{{reason: bundle.ReasonBundleTooLarge, warning: true}},
 		},
 		"a gateway found over the budget (an older dualca wrote it) is not frozen: a plan no larger is written": {
-			gw: gatewaySecret{server: f.r1, roots: list(f.r2, f.r1, rB, rA), root: f.r2, addedAt: testNow.Add(-10 * time.Minute), switchedAt: testNow.Add(-5 * h)}.gateway(),
+			gw:   gatewaySecret{server: f.r1, roots: list(f.r2, f.r1, rB, rA), root: f.r2, addedAt: testNow.Add(-10 * time.Minute), switchedAt: testNow.Add(-5 * h)}.gateway(),
 			root: f.r2, clients: tracked(onR1, onRA, onRB),
 			budget:     bundle.Budget{Bundle: size(f.r2, f.r1, rB, rA) - 1},
 			wantBundle: list(f.r2, f.r1, rB, rA), over: true,
@@ -149,7 +149,7 @@ func TestPlanKeepsTheGatewayWithinItsBudget(t *testing.T) {
 				g.Expect(len(d.CAPEM)).To(BeNumerically("<=", b.Bundle), "ca.crt within its budget")
 			}
 			if b.Data > 1 {
-				g.Expect(len(d.CAPEM) + len(d.CertPEM) + len(d.KeyPEM)).To(BeNumerically("<=", b.Data), "the data within its budget")
+				g.Expect(len(d.CAPEM)+len(d.CertPEM)+len(d.KeyPEM)).To(BeNumerically("<=", b.Data), "the data within its budget")
 			}
 			// What was trimmed stays out: deciding again on what was
 			// written changes nothing and tells nothing.

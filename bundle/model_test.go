@@ -111,6 +111,15 @@ type model struct {
 	issuingOn                                            bool
 	issuingCA                                            *certs.CA
 	issuingMoves, issuingForced, issuedFromIssuing, held int
+	// The budget (budget.go), small in some histories so that it is
+	// reached: room for a few roots. refused is whether the last decision
+	// was; refusals and trimmed count what the budget did.
+	budgeted          bool
+	refused           bool
+	refusals, trimmed int
+	// overRefused is the root the issuing Secret was written over with,
+	// found tampered or expired, while a refusal kept it from the gateway.
+	overRefused *certs.CA
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -127,6 +136,13 @@ func newModel(t *testing.T, seed uint64) *model {
 	}
 	m.setProfile(m.randomProfile())
 	m.rotate()
+	if m.budgeted = seed%4 == 2; m.budgeted {
+		// Room for three to five roots and a half: the current root, the
+		// server's and the issuing Secret's, on which every client ends
+		// up, always fit once the others have gone.
+		one := bundle.EncodedLen([]*x509.Certificate{m.root.Cert})
+		m.timings.Budget = bundle.Budget{Bundle: (3+m.rng.IntN(3))*one + one/2}
+	}
 	for i := range 1 + m.rng.IntN(5) {
 		c := &modelClient{name: fmt.Sprintf("ns/client-%d", i), broken: m.rng.IntN(8) == 0}
 		m.issue(c)
@@ -187,7 +203,7 @@ func (m *model) issue(c *modelClient) {
 		// root the objects the gateway reads hold (or from a CA a hostile
 		// writer put there, which dualca trusts nowhere: provenance).
 		foreign := m.attackerKeys[string(issuer.Cert.RawSubjectPublicKeyInfo)]
-		m.check(m.legacy || foreign || m.written == nil || bundle.Contains(m.written, issuer.Cert),
+		m.check(m.legacy || foreign || m.written == nil || bundle.Contains(m.written, issuer.Cert) || issuer == m.overRefused,
 			"invariant 12: %s issued from the issuing Secret's %s, which the gateway's bundle does not hold", c.name, issuer.Cert.Subject.CommonName)
 	}
 	leaf, _, _, err := issuer.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
@@ -268,6 +284,13 @@ func (m *model) reconcile() {
 			string(m.gw.KeyPEM) == string(root.KeyPEM), "legacy: the gateway is a plain copy of the root")
 		return
 	}
+	m.checkBudget(prev, d, root)
+	if m.refused {
+		// The gateway as found, checked by checkBudget: the invariants
+		// hold of what the last decision wrote, not of a plan refused.
+		m.tampered = false
+		return
+	}
 	m.checkInvariants(prev, d, root)
 	if m.hiddenInView() {
 		m.hiddenDecisions++
@@ -311,6 +334,84 @@ func (m *model) reconcile() {
 	m.check(len(next.Events) == 0, "a second decision on the same world emits no event, got %v", next.Events)
 }
 
+// checkBudget checks the rule budget (budget.go) after every zero-downtime
+// decision. A refused one is the gateway as found, byte for byte, with
+// one Warning and no renewal, and only when even the roots nobody may
+// trim (the current root, the server's, those a client uses, or all
+// without tracking or with a client hidden) exceed the budget. Any other
+// is within the budget, or no larger than the gateway it replaces, or
+// replaces one dualca did not write; a root it trimmed was one no client
+// uses, neither the current root nor the server's.
+func (m *model) checkBudget(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	b := m.timings.Budget
+	m.refused = d.Refused != ""
+	if m.refused {
+		m.refusals++
+		m.check(string(d.CAPEM) == string(prev.CAPEM) && string(d.CertPEM) == string(prev.CertPEM) && string(d.KeyPEM) == string(prev.KeyPEM) &&
+			maps.Equal(d.State.Annotations(), prev.State.Annotations()), "refused, yet the decision is not the gateway as found")
+		m.check(len(d.Renew) == 0, "refused, yet %d clients renewed", len(d.Renew))
+		m.check(len(d.Events) == 1 && d.Events[0].Warning && d.Events[0].Reason == bundle.ReasonBundleTooLarge, "a refusal tells itself alone: %v", d.Events)
+		m.check(b.Bundle > 0, "refused with the default budget: %s", d.Refused)
+		needed := m.untrimmable(parsed(m.t, prev.CAPEM), prev, root)
+		m.check(bundle.EncodedLen(needed) > b.Bundle, "refused, yet the roots nobody may trim (%v) fit in %d bytes", names(needed), b.Bundle)
+		return
+	}
+	if b.Bundle > 0 && !m.tampered && prev.State.Strategy == bundle.StrategyZeroDowntime {
+		m.check(len(d.CAPEM) <= b.Bundle || len(d.CAPEM) <= len(prev.CAPEM), "ca.crt of %d bytes, over its budget of %d and larger than the %d found", len(d.CAPEM), b.Bundle, len(prev.CAPEM))
+	}
+	if !prev.Exists {
+		return
+	}
+	// The roots the server chain needs are checked by invariant 1 (every
+	// client of a root in the bundle, current since the server's, verifies
+	// the server), of the chain the decision made once trimmed.
+	roots := parsed(m.t, d.CAPEM)
+	for _, e := range d.Events {
+		if e.Reason != bundle.ReasonRootTrimmed {
+			continue
+		}
+		m.check(m.tracked && !m.hiddenInView(), "a root trimmed without client tracking, or while a client is hidden: %s", e.Message)
+		for _, r := range parsed(m.t, prev.CAPEM) {
+			fp := bundle.Fingerprint(r)
+			if bundle.Contains(roots, r) || !strings.Contains(e.Message, bundle.Short(fp)) {
+				continue
+			}
+			used := slices.ContainsFunc(m.clients, func(c *modelClient) bool { return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r) })
+			m.check(!used && fp != root.Fingerprint && fp != d.State.Server, "root %s trimmed, but it is the current root, the server's or one in use", r.Subject.CommonName)
+		}
+	}
+}
+
+// untrimmable are the roots of bundleRoots that the budget may not trim,
+// whatever the decision does with the server (a superset of those it
+// keeps), and the current root: the server root of gw, every unexpired
+// one a client uses (by what the client truly loads), or every unexpired
+// one without client tracking or with a client hidden from dualca, and
+// those gw's server chain runs through (its cross-certificates certify
+// them or were signed by them) when a client uses any of them.
+func (m *model) untrimmable(bundleRoots []*x509.Certificate, gw bundle.Gateway, root *bundle.Root) []*x509.Certificate {
+	out := []*x509.Certificate{root.Cert}
+	chain := certsOfPEM(gw.CertPEM)
+	used := func(r *x509.Certificate) bool {
+		return !m.tracked || m.hiddenInView() || slices.ContainsFunc(m.clients, func(c *modelClient) bool {
+			return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r)
+		})
+	}
+	onChain := func(r *x509.Certificate) bool {
+		return slices.ContainsFunc(chain, func(c *x509.Certificate) bool {
+			return c.IsCA && (string(c.RawSubjectPublicKeyInfo) == string(r.RawSubjectPublicKeyInfo) || m.signatures.ChainsTo(c, r))
+		})
+	}
+	chainInUse := slices.ContainsFunc(bundleRoots, func(r *x509.Certificate) bool { return onChain(r) && used(r) })
+	for _, r := range bundleRoots {
+		fp := bundle.Fingerprint(r)
+		if fp != root.Fingerprint && !m.now.After(r.NotAfter) && (fp == gw.State.Server || used(r) || onChain(r) && chainInUse) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // syncIssuing is the syncer's issuing step, after the targets are
 // written: the rule decides, and a write puts the root Secret's credential
 // there. Invariant 12: a move to a root the issuing Secret did not hold,
@@ -342,6 +443,12 @@ func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
 	usable := prev != nil && !a.Tampered && !m.now.After(prev.Cert.NotAfter) && slices.ContainsFunc(m.written, func(c *x509.Certificate) bool { return sameCert(c, prev.Cert) })
 	if prev != nil && !usable {
 		m.issuingForced++
+		if m.refused {
+			// Written over with the root Secret's credential, the only
+			// one dualca holds, though a refusal keeps it out of the
+			// gateway: what it signs is refused, as what it replaced.
+			m.overRefused = m.issuingCA
+		}
 		return
 	}
 	ok, since := m.gatewayHadTime(root.Fingerprint)
@@ -398,11 +505,13 @@ func (m *model) wrote(ca []byte) {
 func (m *model) apply(d bundle.Decision) {
 	if m.gw.Exists && string(d.CAPEM) == string(m.gw.CAPEM) && string(d.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(d.State.Annotations(), m.annots) {
-		m.check(len(d.Events) == 0, "an unchanged gateway comes with no event, got %v", d.Events)
+		m.check(len(d.Events) == 0 || d.Refused != "", "an unchanged gateway comes with no event, got %v", d.Events)
 		return
 	}
 	for _, e := range d.Events {
 		switch e.Reason {
+		case bundle.ReasonRootTrimmed:
+			m.trimmed++
 		case bundle.ReasonServerSwitched:
 			m.switches++
 		case bundle.ReasonServerSwitchForced:
@@ -487,7 +596,12 @@ func (m *model) checkInvariants(prev bundle.Gateway, d bundle.Decision, root *bu
 		unused := switched && m.tracked && !m.now.Before(m.gw.State.SwitchedAt.Add(m.timings.TrustPropagationDelay)) && !slices.ContainsFunc(m.clients, func(c *modelClient) bool {
 			return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r)
 		})
-		m.check(expired || unused, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
+		// Or trimmed to keep the bundle within its budget: checkBudget
+		// checked that nobody uses it.
+		trimmed := slices.ContainsFunc(d.Events, func(e bundle.Event) bool {
+			return e.Reason == bundle.ReasonRootTrimmed && strings.Contains(e.Message, bundle.Short(bundle.Fingerprint(r)))
+		})
+		m.check(expired || unused || trimmed, "invariants 2/3: root %s left the bundle while still needed", r.Subject.CommonName)
 		// A hidden client may be on any root: only expiry retires one.
 		m.check(expired || !m.hiddenInView(), "invariants 2/3: root %s left the bundle unexpired while a client was hidden", r.Subject.CommonName)
 		m.check(bundle.Fingerprint(r) != bundle.Fingerprint(server), "invariant 2: the server root was retired")
@@ -892,21 +1006,30 @@ func (m *model) settle() {
 	for _, c := range m.clients {
 		c.broken = false
 	}
-	if m.root.Cert.NotAfter.Before(m.now.Add(2 * time.Hour)) {
-		m.rotate()
-		m.trace = append(m.trace, "settle: root renewed before expiry")
-	}
-	// Long enough for the grace period to end and the propagation delay
-	// after it: an impostor's client never reaches the root, so the
-	// server switches only when the grace period forces it.
-	for range 14 {
-		m.now = m.now.Add(time.Minute)
-		for _, c := range m.clients {
-			if c.requested || c.failed {
-				m.issue(c)
+	m.reconcile()
+	// A refusal (budget.go) lasts until the roots it keeps for the clients
+	// and the server's chain expire, or the server root nears its expiry
+	// and the server switches: time passes, cert-manager renewing what
+	// expires, until the plan fits; a rotation meanwhile may start over.
+	for round := 0; round == 0 || m.refused && round < 3; round++ {
+		for i := 0; m.refused && i < 60; i++ {
+			m.now = m.now.Add(10 * time.Minute)
+			for _, c := range m.clients {
+				if !m.now.Before(c.leaf.NotAfter.Add(-time.Minute)) {
+					m.issue(c)
+				}
 			}
+			if m.root.Cert.NotAfter.Before(m.now.Add(5 * time.Minute)) {
+				m.rotate()
+			}
+			m.trace = append(m.trace, "settle: refused, 10m pass")
+			m.reconcile()
 		}
-		m.reconcile()
+		if m.root.Cert.NotAfter.Before(m.now.Add(2 * time.Hour)) {
+			m.rotate()
+			m.trace = append(m.trace, "settle: root renewed before expiry")
+		}
+		m.settleRotation()
 	}
 	if !m.tracked {
 		// Without client tracking, old roots wait for their expiry.
@@ -926,6 +1049,32 @@ func (m *model) settle() {
 		for _, c := range m.clients {
 			m.check(c.impostor != nil || m.signatures.ChainsTo(c.leaf, m.root.Cert), "settled with %s on the current root", c.name)
 		}
+	}
+}
+
+// settleRotation lets a rotation finish: long enough for the grace period
+// to end and the propagation delay after it (an impostor's client never
+// reaches the root, so the server switches only when the grace period
+// forces it), every renewal dualca asks for succeeding; longer while a
+// refusal held the rotation back, up to an hour.
+func (m *model) settleRotation() {
+	for i := 0; i < 14 || m.tracked && m.gw.State.Phase != bundle.PhaseSteady && i < 60; i++ {
+		m.now = m.now.Add(time.Minute)
+		for _, c := range m.clients {
+			// A refusal renews no client: cert-manager's own renewals,
+			// from the root of the moment, are what moves them off the
+			// roots that keep the new one out.
+			if c.requested || c.failed || m.refused {
+				m.issue(c)
+			}
+			if m.refused {
+				// Nor does an Issuer waiting for an issuing Secret that a
+				// refusal keeps from being written: the operator brings
+				// back into view what dualca lost sight of.
+				c.hidden = false
+			}
+		}
+		m.reconcile()
 	}
 }
 
@@ -974,6 +1123,12 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.issuingForced += m.issuingForced
 		total.issuedFromIssuing += m.issuedFromIssuing
 		total.held += m.held
+		total.refusals += m.refusals
+		total.trimmed += m.trimmed
+	}
+	t.Logf("budget: %d decisions refused, %d roots trimmed", total.refusals, total.trimmed)
+	if total.refusals == 0 || total.trimmed == 0 {
+		t.Fatalf("the random histories missed a budget branch: refused=%d trimmed=%d", total.refusals, total.trimmed)
 	}
 	t.Logf("issuing Secret: %d writes, %d forced before the gateway trusted the root (held root expired, retired or foreign), %d decisions kept an older root, %d clients issued from it",
 		total.issuingMoves, total.issuingForced, total.held, total.issuedFromIssuing)

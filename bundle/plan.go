@@ -93,6 +93,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	st := p.startRotation(trusted)
 	p.paused = p.control(&st)
 	found := p.recordedServer(trusted)
+	intact := p.intact(trusted, found)
 	serverRoot := found.rootOrNil()
 	st.ClientsReadyAt = p.clientsReadyAt(st, serverRoot)
 	switched := p.switchServer(&st, found)
@@ -102,7 +103,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	p.settlePromote(&st, serverRoot, switched)
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
 	cred := p.credential(found, serverRoot, kept)
-	kept, refused := p.fit(kept, cred)
+	kept, refused := p.fit(kept, cred, intact)
 	if refused != "" {
 		st.Server = p.clients.Signatures.fingerprint(serverRoot)
 		return p.refuse(refused, upcoming(st, serverRoot, cred, kept, p.clients, p.t, p.now, p.paused))

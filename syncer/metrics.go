@@ -71,11 +71,11 @@ func NewMetrics() *Metrics {
 		strategyInfo: gaugeVec("dualca_strategy_info",
 			"The active strategy: always 1, with the strategy as a label.", "strategy"),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_sync_errors_total",
-			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error."}, []string{"reason"}),
+			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error, bundle_too_large (the plan did not fit the budget and was refused, the gateway left as it was)."}, []string{"reason"}),
 		switchesForced: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_server_switch_forced_total",
 			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
-			"When the gateway Secret was last found or made in sync with the root, in Unix seconds."),
+			"When the gateway Secret was last found or made in sync with the root, in Unix seconds (not by a refused plan, which leaves it behind)."),
 		tampered: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_gateway_tampered_total",
 			Help: "Times a target (the gateway Secret, its -cacert Secret, a bundle target, the issuing Secret) was found changed outside dualca (the keys dualca owns there, a key that would shadow them, the dualca.io/ annotations) and written again from dualca's record."}),
 		foreign: gauge("dualca_target_foreign_inputs",
@@ -179,7 +179,9 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 			m.switchesForced.Inc()
 		}
 	}
-	m.lastSync.Set(float64(now.Unix()))
+	if d.Refused == "" {
+		m.lastSync.Set(float64(now.Unix()))
+	}
 	m.recordPause(d.State)
 }
 

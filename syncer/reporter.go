@@ -42,6 +42,9 @@ type reporter struct {
 	clientProblems map[string]string
 	// foreign are the foreign inputs last found, told once each.
 	foreignTold map[string]bool
+	// refusedRoot is the root a refused plan (bundle.Decision.Refused)
+	// keeps out of the gateway, told once; "" while no plan is refused.
+	refusedRoot string
 }
 
 // rootSeen records a usable root read.
@@ -98,10 +101,9 @@ func (r *reporter) invalidRoot(ctx context.Context, rootObj *corev1.Secret, err 
 // client Secrets that cannot be read.
 func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 	d := p.decision
-	r.roots.reflected(d.State.Root, now)
+	events := r.refusal(ctx, p, now)
 	r.metrics.decision(d, r.strategy.Phase(d), p.clients, now)
 	r.lastInvalid = ""
-	events := d.Events
 	if p.written.tampered != "" {
 		r.metrics.tampered.Inc()
 		events = append([]bundle.Event{{Warning: true, Reason: bundle.ReasonGatewayTampered,
@@ -123,6 +125,33 @@ func (r *reporter) synced(ctx context.Context, p pass, now time.Time) {
 	}
 	r.clients(ctx, p.written.object, p.views)
 }
+
+// refusal reports a plan refused for its size (bundle/budget.go): the
+// gateway was left as it was, behind the current root, so the rotation lag
+// grows (alert DualcaRotationLag) and each such reconcile counts as a sync
+// error of reason bundle_too_large; its BundleTooLarge Warning is told
+// once per root kept out, not at every reconcile. It returns the
+// decision's events to tell.
+func (r *reporter) refusal(ctx context.Context, p pass, now time.Time) []bundle.Event {
+	d := p.decision
+	if d.Refused == "" {
+		r.refusedRoot = ""
+		r.roots.reflected(d.State.Root, now)
+		return d.Events
+	}
+	r.roots.behind(p.rootFP, now)
+	r.metrics.syncErrors.WithLabelValues(syncErrorBundleTooLarge).Inc()
+	if r.refusedRoot == p.rootFP {
+		return nil
+	}
+	r.refusedRoot = p.rootFP
+	logf.FromContext(ctx).Info("plan refused, gateway left as it is", "root", bundle.Short(p.rootFP), "why", d.Refused)
+	return d.Events
+}
+
+// syncErrorBundleTooLarge is the dualca_sync_errors_total reason of a
+// reconcile whose plan was refused for its size.
+const syncErrorBundleTooLarge = "bundle_too_large"
 
 // restoredWhat names the targets restored: the gateway Secret as it
 // always was, the others by kind and key.
