@@ -88,18 +88,7 @@ func (r *report) rawTables() []*rawTable {
 	}
 	keep(hs)
 
-	roots := &rawTable{name: "roots.csv", about: "every sample of the roots measurement: the bundle's size, the roots in ca.crt, the series (turn: dualca's turns; new-root: the root that brought the bundle to its size; floor: the floor's writes), the sample's index, its latency",
-		header: []string{"size", "roots", "series", "i", "latency_us"}}
-	for _, pt := range r.roots {
-		for i, d := range pt.samples {
-			roots.add(pt.size, pt.roots, "turn", i, d)
-		}
-		roots.add(pt.size, pt.roots, "new-root", 0, pt.newRoot)
-		for i, d := range pt.floor.samples {
-			roots.add(pt.size, pt.roots, "floor", i, d)
-		}
-	}
-	keep(roots)
+	keep(r.rootsRaw())
 
 	startup := &rawTable{name: "startup.csv", about: "every start: selected clients, the start's index, process start → gateway in sync, and → ready",
 		header: []string{"clients", "start", "in_sync_us", "ready_us"}}

@@ -276,57 +276,6 @@ func (r *report) writeHandshakes(p func(string, ...any)) {
 	}
 }
 
-// rootsPoints returns the points with a and b roots.
-func (r *report) rootsPoints(a, b int) (rootsPoint, rootsPoint, bool) {
-	var pa, pb rootsPoint
-	var oka, okb bool
-	for _, pt := range r.roots {
-		switch pt.size {
-		case a:
-			pa, oka = pt, len(pt.samples) > 0
-		case b:
-			pb, okb = pt, len(pt.samples) > 0
-		}
-	}
-	return pa, pb, oka && okb
-}
-
-func (r *report) writeRoots(p func(string, ...any)) {
-	if len(r.roots) == 0 {
-		return
-	}
-	p("")
-	p("## Cost against the roots in the bundle")
-	p("")
-	p("Each size has a dualca of its own in a namespace of its own, without client tracking (roots then stay until they")
-	p("expire) and a grace period of a day: every rotation adds a root, until the bundle has the size. Then each size's")
-	p("root turns %d times between its two newest roots, each turn a rotation dualca handles in full (the current root", len(r.roots[0].samples))
-	p("changes, its state is written), timed from the PUT's return to the gateway Secret naming it current. The new")
-	p("root that brought the bundle to its size is timed too. CPU is each dualca's user and system time over the turns,")
-	p("from `/proc`. `tls.crt` is what each handshake carries. The floor at each size is what the API server alone costs")
-	p("for a Secret that large, the least any system that writes the gateway Secret pays at each rotation: the gateway")
-	p("Secret's data copied into a Secret of its own, written in full %d times, each write timed from the start of its", len(r.roots[0].floor.samples))
-	p("PUT to its watch event. The turns of every size and the writes of every floor are interleaved, in a new random")
-	p("order each round with a random pause of 2–12 ms before each, so that every size and its floor meet the same moments")
-	p("of the machine.")
-	p("")
-	p("| roots in ca.crt | p50 | p99 | max | the new root | CPU per rotation | tls.crt links | tls.crt bytes (DER) | gateway data bytes | floor p50 | floor p99 |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, pt := range r.roots {
-		d, f := distributionOf(pt.samples), distributionOf(pt.floor.samples)
-		p("| %d | %s | %s | %s | %s | %s | %d | %d | %d | %s | %s |", pt.roots, ms(d.p50), ms(d.p99), ms(d.max), ms(pt.newRoot), ms(pt.cpuPerTurn), pt.links, pt.chainBytes,
-			pt.floor.bytes, ms(f.p50), ms(f.p99))
-	}
-	if lo, hi, ok := r.rootsPoints(2, 30); ok {
-		d2, d30 := distributionOf(lo.samples), distributionOf(hi.samples)
-		f2, f30 := distributionOf(lo.floor.samples), distributionOf(hi.floor.samples)
-		p("")
-		p("From 2 to 30 roots the gateway Secret's data grows from %d to %d bytes. The floor's p99 goes from %s to %s (%.2f×)", lo.floor.bytes, hi.floor.bytes, ms(f2.p99), ms(f30.p99), float64(f30.p99)/float64(f2.p99))
-		p("and dualca's from %s to %s (%.2f×); dualca's p99 less the floor's is %s with 2 roots and %s with 30, and its CPU per", ms(d2.p99), ms(d30.p99), float64(d30.p99)/float64(d2.p99), ms(d2.p99-f2.p99), ms(d30.p99-f30.p99))
-		p("rotation goes from %s to %s (%.2f×).", ms(lo.cpuPerTurn), ms(hi.cpuPerTurn), float64(hi.cpuPerTurn)/float64(lo.cpuPerTurn))
-	}
-}
-
 func (r *report) writeStartupTarget(p func(string, ...any)) {
 	for _, s := range r.startup {
 		d := distributionOf(s.inSync)

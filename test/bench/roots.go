@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -15,102 +19,149 @@ import (
 	"github.com/dualca/dualca/test/certs"
 )
 
-// roots measures how dualca's cost grows with the roots in its bundle, as
-// rotations faster than the server switches pile them up. At each size a
-// dualca of its own, in a namespace of its own, runs without client
-// tracking (roots then stay until they expire) and a grace period of a
-// day, so every rotation adds a root; the server chain grows with them
-// until its bound (bundle.MaxServerChainLinks) switches the server. Once
-// every size is piled up, each one's root is turned back and forth between
-// its two newest roots: each turn is a rotation dualca handles in full (a
-// new current root, its state written) with the bundle's size fixed. The
-// turns of every size, and the writes of each size's floor, are
-// interleaved in a random order each round, so that every size and its
-// floor meet the same machine: a compaction or a busy moment of the API
-// server lands on all of them, not on the size measured at that time.
+// roots measures the propagation of a new root (one not in ca.crt yet,
+// its PUT acknowledged → the gateway Secret's watch event naming it
+// current) with 2, 30, 100 and 400 roots in the bundle, ECDSA P-256 and
+// RSA-2048 roots alike. Each size of each algorithm has a dualca of its
+// own, in a namespace of its own, without client tracking (roots then
+// stay until they expire) and a grace period of a day: it is piled up to
+// all but one of its roots with roots valid for a day. Then each round
+// gives every pile a new root valid until the round ends: the next
+// round's root enters as it expires and leaves, so every new root is
+// written into a bundle of exactly its size. The rounds start a second
+// and a fifth after the last ones' roots expired, when each dualca has
+// woken to find its root expired (told once, nothing written), so that no
+// write of its own lands on a measured one. Within a round the piles go
+// in a random order, each new root followed by its floor: the gateway
+// Secret's data written by the API server alone, timed the same way. A
+// size over the budget (bundle/budget.go: ca.crt within MaxPEMBytes) is
+// piled up to the most roots that fit, measured there, and then given
+// one root more, which the table shows refused.
 func (b *bench) roots(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sizes := b.opts.rootSizes
-	all, err := newRoots(sizes[len(sizes)-1])
-	if err != nil {
-		return err
+	rounds := 100 // 5 minutes of rounds, about 8 with the pile-ups on an idle machine
+	if b.opts.quick {
+		rounds = 12
 	}
 	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // G404: random pauses and order, nothing secret
-	// 2-12 ms: with five sizes interleaved, a size's next turn comes after
-	// the other sizes' turns and floors, eight writes and their pauses
-	// later, and make bench ends within its 45 minutes.
 	pause := func() { time.Sleep(2*time.Millisecond + time.Duration(rng.Int64N(int64(10*time.Millisecond)))) }
 	var piles []*rootsPile
-	for _, size := range sizes {
-		if size < 2 {
-			continue // a turn needs two roots
+	defer func() {
+		for _, pl := range piles {
+			pl.dualca.stop()
 		}
-		pl, err := b.pileUp(ctx, all[:size], pause)
-		if pl != nil {
-			defer pl.dualca.stop()
-		}
-		if err != nil {
-			return fmt.Errorf("%d roots: %w", size, err)
-		}
-		piles = append(piles, pl)
-	}
-	cpuBefore := make([]time.Duration, len(piles))
-	for k, pl := range piles {
-		if cpuBefore[k], err = pl.dualca.cpu(); err != nil {
-			return err
-		}
-	}
-	for i := range b.opts.turns {
-		for _, k := range rng.Perm(len(piles)) {
-			pl := piles[k]
-			pause()
-			sample, v, err := rotateTo(ctx, pl.world, pl.gateway, pl.roots[len(pl.roots)-1-(i+1)%2])
+	}()
+	for _, alg := range rootAlgorithms {
+		for _, size := range rootSizes {
+			pl, err := b.pileUp(ctx, alg, size, rounds, pause)
+			if pl != nil {
+				piles = append(piles, pl)
+			}
 			if err != nil {
-				return fmt.Errorf("%d roots, turn %d: %w", len(pl.roots), i+1, err)
-			}
-			pl.point.samples = append(pl.point.samples, sample)
-			pl.point.roots, pl.point.chainBytes, pl.point.links = len(v.trusts), v.chainBytes, v.links
-			pause()
-			if err := pl.floor.write(ctx, &pl.point.floor); err != nil {
-				return fmt.Errorf("%d roots, the floor: %w", len(pl.roots), err)
+				return fmt.Errorf("%s, %d roots: %w", alg.name, size, err)
 			}
 		}
 	}
-	for k, pl := range piles {
-		cpuAfter, err := pl.dualca.cpu()
-		if err != nil {
-			return err
+	if err := b.newRootRounds(ctx, piles, rounds, rng, pause); err != nil {
+		return err
+	}
+	for _, pl := range piles {
+		if pl.point.fits < pl.point.size {
+			if err := pl.overBudget(ctx); err != nil {
+				return fmt.Errorf("%s, %d roots over the budget: %w", pl.point.alg, pl.point.size, err)
+			}
 		}
-		pl.point.cpuPerTurn = (cpuAfter - cpuBefore[k]) / time.Duration(b.opts.turns)
 		if err := pl.dualca.alive(); err != nil {
 			return err
 		}
-		b.report.roots = append(b.report.roots, pl.point)
-		b.log("%d roots (%d in ca.crt, tls.crt %d bytes): %s, CPU %s per rotation; the floor at %d bytes: %s", pl.point.size, pl.point.roots,
-			pl.point.chainBytes, summarize(pl.point.samples), pl.point.cpuPerTurn, pl.point.floor.bytes, summarize(pl.point.floor.samples))
 	}
+	for _, pl := range piles {
+		pt := pl.point
+		b.log("%s, %d roots (%d in ca.crt, %d bytes): new root %s, CPU %s per rotation; the floor at %d bytes: %s%s", pt.alg, pt.size, pt.roots, pt.bundleBytes,
+			summarize(pt.samples), pt.cpuPerTurn, pt.floor.bytes, summarize(pt.floor.samples), pt.budgetNote())
+	}
+	b.report.roots = rootsReported(piles)
 	return nil
 }
 
-// rootsPile is one size of the bundle: its namespace, its dualca, the
-// roots it was brought to that size with, its floor.
+// rootAlgorithm is how the roots of a pile are made.
+type rootAlgorithm struct {
+	name    string
+	keyType string
+}
+
+// rootAlgorithms are measured in this order; the first is the one the
+// plot and the targets read (report.roots).
+var rootAlgorithms = []rootAlgorithm{{"ECDSA P-256", certs.KeyECDSA}, {"RSA-2048", certs.KeyRSA}}
+
+// rootSizes are the roots in the bundle measured.
+var rootSizes = []int{2, 30, 100, 400}
+
+// roundLength is how long a round of new roots lasts, and roundStart how
+// long after the last round's roots expired it starts: a dualca wakes a
+// second after a root's NotAfter (whole seconds), finds it expired and
+// writes nothing.
+const (
+	roundLength = 3 * time.Second
+	roundStart  = 1200 * time.Millisecond
+)
+
+// rootsPile is one size of the bundle with one algorithm: its namespace,
+// its dualca, the keys of its new roots, its floor.
 type rootsPile struct {
 	world   *world
 	gateway *secretWatch
 	dualca  *process
-	roots   []*certs.CA
-	floor   *sameSizeFloor
-	point   rootsPoint
+	alg     rootAlgorithm
+	// keys are those of the new roots, one a round, made before any
+	// clock starts (cert-manager makes keys, not the systems measured).
+	keys  []crypto.Signer
+	floor *sameSizeFloor
+	point rootsPoint
+	// last is the pile's last root valid for a day.
+	last *certs.CA
 }
 
-// pileUp starts a dualca on the first of roots in a namespace of its own
-// and rotates through the others, so that its bundle holds them all; the
-// last rotation's propagation is the new root's sample. The floor then
-// takes the gateway Secret's data. The process is returned to be stopped
-// even with an error.
-func (b *bench) pileUp(ctx context.Context, roots []*certs.CA, pause func()) (*rootsPile, error) {
-	w, err := b.newWorld(ctx, fmt.Sprintf("roots-%d", len(roots)), roots[0])
+// newRootOf is a root of alg valid from a minute ago until notAfter, with
+// key (a new one when nil).
+func newRootOf(alg rootAlgorithm, key crypto.Signer, notAfter time.Time) (*certs.CA, error) {
+	return certs.New(rootSubject, time.Now().Add(-time.Minute), notAfter, certs.Options{IsCA: true, KeyType: alg.keyType, Key: key}, nil)
+}
+
+// newKeys makes n keys of alg, two at a time.
+func newKeys(alg rootAlgorithm, n int) ([]crypto.Signer, error) {
+	keys := make([]crypto.Signer, n)
+	var g errgroup.Group
+	g.SetLimit(2)
+	for i := range keys {
+		g.Go(func() error {
+			ca, err := newRootOf(alg, nil, time.Now().Add(time.Hour))
+			if err == nil {
+				keys[i] = ca.Key
+			}
+			return err
+		})
+	}
+	return keys, g.Wait()
+}
+
+// pileUp starts a dualca on a first root of alg in a namespace of its own
+// and rotates through more, valid for a day, until its bundle holds all
+// but one of size roots, or the most that leave room within the budget
+// for one new root. The floor then takes the gateway Secret's data. The
+// pile is returned to be stopped even with an error.
+func (b *bench) pileUp(ctx context.Context, alg rootAlgorithm, size, rounds int, pause func()) (*rootsPile, error) {
+	keys, err := newKeys(alg, size-1+rounds+2)
+	if err != nil {
+		return nil, err
+	}
+	day := time.Now().Add(24 * time.Hour)
+	first, err := newRootOf(alg, keys[0], day)
+	if err != nil {
+		return nil, err
+	}
+	w, err := b.newWorld(ctx, fmt.Sprintf("roots-%s-%d", alg.keyType, size), first)
 	if err != nil {
 		return nil, err
 	}
@@ -122,18 +173,136 @@ func (b *bench) pileUp(ctx context.Context, roots []*certs.CA, pause func()) (*r
 	if err != nil {
 		return nil, err
 	}
-	pl := &rootsPile{world: w, gateway: gw, dualca: p, roots: roots, point: rootsPoint{size: len(roots)}}
-	if _, err := gw.steadyOn(ctx, 0, roots[0]); err != nil {
+	pl := &rootsPile{world: w, gateway: gw, dualca: p, alg: alg, keys: keys[size-1:], last: first, point: rootsPoint{alg: alg.name, size: size}}
+	if _, err := gw.steadyOn(ctx, 0, first); err != nil {
 		return pl, err
 	}
-	for have := 1; have < len(roots); have++ {
+	piled := []*x509.Certificate{first.Cert}
+	one := bundle.EncodedLen(piled)
+	for have := 1; have < size-1; have++ {
+		next, err := newRootOf(alg, keys[have], day)
+		if err != nil {
+			return pl, err
+		}
+		// Room for this root and a new one, a few bytes larger at most.
+		if bundle.EncodedLen(append(piled, next.Cert))+one+16 > bundle.MaxPEMBytes {
+			break
+		}
 		pause()
-		if pl.point.newRoot, _, err = rotateTo(ctx, w, gw, roots[have]); err != nil {
-			return pl, fmt.Errorf("new root %d: %w", have+1, err)
+		if _, _, err = rotateTo(ctx, w, gw, next); err != nil {
+			return pl, fmt.Errorf("root %d: %w", have+1, err)
+		}
+		piled, pl.last = append(piled, next.Cert), next
+	}
+	pl.point.fits = len(piled) + 1
+	pl.floor, err = newSameSizeFloor(ctx, w, &pl.point.floor, bundle.EncodedLen(piled)+one)
+	return pl, err
+}
+
+// newRootRounds gives every pile a new root per round, each valid until
+// the round ends, in a random order of the piles each round, each
+// followed by a write of its floor.
+func (b *bench) newRootRounds(ctx context.Context, piles []*rootsPile, rounds int, rng *rand.Rand, pause func()) error {
+	cpuBefore := make([]time.Duration, len(piles))
+	for k, pl := range piles {
+		var err error
+		if cpuBefore[k], err = pl.dualca.cpu(); err != nil {
+			return err
 		}
 	}
-	pl.floor, err = newSameSizeFloor(ctx, w, &pl.point.floor)
-	return pl, err
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	for r := range rounds {
+		end := start.Add(time.Duration(r+1) * roundLength)
+		time.Sleep(time.Until(start.Add(time.Duration(r)*roundLength + roundStart)))
+		for _, k := range rng.Perm(len(piles)) {
+			pl := piles[k]
+			if time.Until(end) < roundLength/4 {
+				pl.point.late++ // no time left for its root to be measured before it expires
+				continue
+			}
+			root, err := newRootOf(pl.alg, pl.keys[r], end)
+			if err != nil {
+				return err
+			}
+			pause()
+			sample, v, err := rotateTo(ctx, pl.world, pl.gateway, root)
+			if err != nil {
+				return fmt.Errorf("%s, %d roots, round %d: %w", pl.alg.name, pl.point.size, r+1, err)
+			}
+			pl.point.samples = append(pl.point.samples, sample)
+			if len(v.trusts) != pl.point.fits {
+				pl.point.offSize++
+			}
+			pl.point.roots, pl.point.chainBytes, pl.point.links = len(v.trusts), v.chainBytes, v.links
+			pause()
+			if err := pl.floor.write(ctx, &pl.point.floor); err != nil {
+				return fmt.Errorf("%s, %d roots, the floor: %w", pl.alg.name, pl.point.size, err)
+			}
+		}
+	}
+	for k, pl := range piles {
+		cpuAfter, err := pl.dualca.cpu()
+		if err != nil {
+			return err
+		}
+		if n := len(pl.point.samples); n > 0 {
+			pl.point.cpuPerTurn = (cpuAfter - cpuBefore[k]) / time.Duration(n)
+		}
+		pl.point.bundleBytes = 0
+		if gw, err := pl.world.b.cs.CoreV1().Secrets(pl.world.ns).Get(ctx, gatewayName, metav1.GetOptions{}); err == nil {
+			pl.point.bundleBytes = len(gw.Data["ca.crt"])
+		}
+	}
+	return nil
+}
+
+// overBudget shows what the rule does with a pile that the budget capped:
+// once the last round's root has expired, a root valid for a day fills the
+// bundle to the most that fit, and one more is refused: the gateway keeps
+// what it held, and dualca tells BundleTooLarge.
+func (pl *rootsPile) overBudget(ctx context.Context) error {
+	day := time.Now().Add(24 * time.Hour)
+	fill, err := newRootOf(pl.alg, pl.keys[len(pl.keys)-2], day)
+	if err != nil {
+		return err
+	}
+	time.Sleep(roundLength) // the last round's roots expire
+	if _, _, err := rotateTo(ctx, pl.world, pl.gateway, fill); err != nil {
+		return fmt.Errorf("the root that fills the bundle: %w", err)
+	}
+	over, err := newRootOf(pl.alg, pl.keys[len(pl.keys)-1], day)
+	if err != nil {
+		return err
+	}
+	mark := pl.gateway.mark()
+	if _, err := pl.world.writeRoot(ctx, over); err != nil {
+		return err
+	}
+	events := pl.world.b.cs.EventsV1().Events(pl.world.ns)
+	for deadline := time.Now().Add(30 * time.Second); pl.point.refusal == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s event within 30 s of a root over the budget", bundle.ReasonBundleTooLarge)
+		}
+		list, err := events.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == bundle.ReasonBundleTooLarge {
+				pl.point.refusal = e.Note
+			}
+		}
+	}
+	fp := bundle.Fingerprint(over.Cert)
+	if slices.ContainsFunc(pl.gateway.since(mark), func(v version) bool { return v.trusts[fp] || v.state.Root == fp }) {
+		return fmt.Errorf("the gateway took the root over the budget")
+	}
+	gw, err := pl.world.b.cs.CoreV1().Secrets(pl.world.ns).Get(ctx, gatewayName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pl.point.refusedBytes = len(gw.Data["ca.crt"]) + bundle.EncodedLen([]*x509.Certificate{over.Cert})
+	return nil
 }
 
 // rotateTo writes root and waits for the gateway to name it current.
@@ -152,10 +321,11 @@ func rotateTo(ctx context.Context, w *world, gw *secretWatch, root *certs.CA) (t
 const floorName = "roots-floor"
 
 // sameSizeFloor is what the API server alone costs to store and deliver a
-// gateway Secret of the size the bundle has reached, the least any system
-// that writes it pays at each rotation: the gateway's data copied into a
-// Secret of its own, then written in full (a new annotation each time),
-// each write timed from the start of the PUT to its watch event.
+// gateway Secret of the size the bundle has when a new root enters, the
+// least any system that writes it pays: the gateway's data, its ca.crt
+// padded to that size, copied into a Secret of its own, then written in
+// full (a new annotation each time), each write timed from the start of
+// the PUT to its watch event.
 type sameSizeFloor struct {
 	secrets typedcorev1.SecretInterface
 	target  *corev1.Secret
@@ -163,19 +333,23 @@ type sameSizeFloor struct {
 	writes  int
 }
 
-// newSameSizeFloor copies the world's gateway Secret into the floor's and
-// records its size in pt.
-func newSameSizeFloor(ctx context.Context, w *world, pt *floorPoint) (*sameSizeFloor, error) {
+// newSameSizeFloor copies the world's gateway Secret into the floor's,
+// its ca.crt padded to caBytes, and records its size in pt.
+func newSameSizeFloor(ctx context.Context, w *world, pt *floorPoint, caBytes int) (*sameSizeFloor, error) {
 	secrets := w.b.cs.CoreV1().Secrets(w.ns)
 	gateway, err := secrets.Get(ctx, gatewayName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
+	data := gateway.Data
+	if pad := caBytes - len(data["ca.crt"]); pad > 0 {
+		data["ca.crt"] = append(data["ca.crt"], make([]byte, pad)...)
+	}
 	pt.bytes = 0
-	for _, v := range gateway.Data {
+	for _, v := range data {
 		pt.bytes += len(v)
 	}
-	target, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: floorName}, Type: gateway.Type, Data: gateway.Data}, metav1.CreateOptions{})
+	target, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: floorName}, Type: corev1.SecretTypeOpaque, Data: data}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -208,24 +382,158 @@ func (f *sameSizeFloor) write(ctx context.Context, pt *floorPoint) error {
 }
 
 // floorPoint is the floor at one size of the bundle: the propagation of
-// writes of a Secret holding bytes of data, the gateway's.
+// writes of a Secret holding bytes of data.
 type floorPoint struct {
 	samples []time.Duration
 	bytes   int
 }
 
-// rootsPoint is the cost at one size of the bundle.
+// rootsPoint is the cost at one size of the bundle with one algorithm.
 type rootsPoint struct {
+	alg  string
 	size int
-	// samples are the propagation of the turns; newRoot that of the new
-	// root that brought the bundle to size.
-	samples    []time.Duration
-	newRoot    time.Duration
-	cpuPerTurn time.Duration
+	// fits is the roots the bundle holds when a new root enters: size, or
+	// fewer when the budget caps it.
+	fits int
+	// samples are the propagation of the new roots; late counts the
+	// rounds that had no time left for this pile, offSize the new roots
+	// written into a bundle of another size than fits.
+	samples       []time.Duration
+	late, offSize int
+	cpuPerTurn    time.Duration
 	// roots, chainBytes and links are ca.crt's roots, tls.crt's DER size
 	// (what each handshake carries) and its cross-certificates, as last
-	// written.
-	roots, chainBytes, links int
+	// written; bundleBytes ca.crt's size after the rounds.
+	roots, chainBytes, links, bundleBytes int
 	// floor is the API server's own cost for a Secret of this size.
 	floor floorPoint
+	// refusal is the BundleTooLarge event's note for the root over the
+	// budget, refusedBytes the ca.crt it would have made; "" and 0 for a
+	// size that fits.
+	refusal      string
+	refusedBytes int
+	// rsa is the same size with RSA roots, for the point of the plot's
+	// algorithm (see rootsReported).
+	rsa *rootsPoint
+}
+
+// budgetNote is what the rule did at this size, for the log.
+func (pt rootsPoint) budgetNote() string {
+	if pt.refusal == "" {
+		return ""
+	}
+	return fmt.Sprintf("; capped at %d roots by the budget, one more (ca.crt %d bytes) refused", pt.fits, pt.refusedBytes)
+}
+
+// rootsReported is the points as the report keeps them: those of the
+// first algorithm, which the plot and the targets read, each with the
+// same size of the second.
+func rootsReported(piles []*rootsPile) []rootsPoint {
+	var out []rootsPoint
+	for _, pl := range piles {
+		if pl.alg == rootAlgorithms[0] {
+			out = append(out, pl.point)
+		}
+	}
+	for _, pl := range piles {
+		for i := range out {
+			if pl.alg != rootAlgorithms[0] && out[i].size == pl.point.size {
+				pt := pl.point
+				out[i].rsa = &pt
+			}
+		}
+	}
+	return out
+}
+
+// rootsRaw is every sample of the roots measurement, for roots.csv.
+func (r *report) rootsRaw() *rawTable {
+	t := &rawTable{name: "roots.csv", about: "every sample of the roots measurement: the algorithm, the bundle's size, the roots in ca.crt as a new root entered, the series (new-root: dualca writing a root not in ca.crt yet; floor: the floor's writes), the sample's index, its latency",
+		header: []string{"algorithm", "size", "roots", "series", "i", "latency_us"}}
+	for _, pt := range r.roots {
+		for _, pt := range []*rootsPoint{&pt, pt.rsa} {
+			if pt == nil {
+				continue
+			}
+			for i, d := range pt.samples {
+				t.add(pt.alg, pt.size, pt.fits, "new-root", i, d)
+			}
+			for i, d := range pt.floor.samples {
+				t.add(pt.alg, pt.size, pt.fits, "floor", i, d)
+			}
+		}
+	}
+	return t
+}
+
+// rootsPoints returns the points with a and b roots.
+func (r *report) rootsPoints(a, b int) (rootsPoint, rootsPoint, bool) {
+	var pa, pb rootsPoint
+	var oka, okb bool
+	for _, pt := range r.roots {
+		switch pt.size {
+		case a:
+			pa, oka = pt, len(pt.samples) > 0
+		case b:
+			pb, okb = pt, len(pt.samples) > 0
+		}
+	}
+	return pa, pb, oka && okb
+}
+
+// writeRoots is the report's section on the roots in the bundle.
+func (r *report) writeRoots(p func(string, ...any)) {
+	if len(r.roots) == 0 {
+		return
+	}
+	var all []rootsPoint
+	for _, pt := range r.roots {
+		all = append(all, pt)
+		if pt.rsa != nil {
+			all = append(all, *pt.rsa)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b rootsPoint) int { return compareStrings(a.alg, b.alg) })
+	p("")
+	p("## A new root against the roots in the bundle")
+	p("")
+	p("Each size of each algorithm (ECDSA P-256 and RSA-2048 roots, one subject, a new key each) has a dualca of its own in a")
+	p("namespace of its own, without client tracking (roots stay until they expire) and a grace period of a day, piled up")
+	p("to all but one of its roots with roots valid for a day. Then, in each of %d rounds, each pile gets a new root, one not in", len(r.roots[0].samples)+r.roots[0].late)
+	p("`ca.crt` yet, valid until the round ends: the next round's root enters as it expires and leaves, so every new root")
+	p("is written into a bundle of exactly the size. Each is timed from its PUT's return to the gateway Secret's watch")
+	p("event naming it current. The rounds start %s after the last round's roots expired (a dualca wakes a second", roundStart)
+	p("after, finds its root expired, and writes nothing), the piles in a new random order each round, each new root")
+	p("followed by its floor: the API server alone writing a Secret of the gateway's size (its data, `ca.crt` at the size")
+	p("the new root makes), timed the same way. A pile the round has no time left for (its root would expire before it")
+	p("is measured) skips it: *late*. CPU is each dualca's user and system time over the rounds, from `/proc`, per new")
+	p("root (it includes the wake at the root's expiry).")
+	p("A size over the budget (`ca.crt` within %d bytes, docs/rotation.md) is piled up to the most roots that fit and", bundle.MaxPEMBytes)
+	p("measured there; then one root more is written, and the table says what dualca did.")
+	p("")
+	p("| roots | in ca.crt | ca.crt bytes | new root p50 | p99 | max | samples | floor p50 | floor p99 | CPU per rotation | tls.crt links | the budget |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, pt := range all {
+		d, f := distributionOf(pt.samples), distributionOf(pt.floor.samples)
+		rule := "fits"
+		if pt.refusal != "" {
+			rule = fmt.Sprintf("capped at %d roots; one more (ca.crt %d bytes) refused, the gateway left as it was (BundleTooLarge)", pt.fits, pt.refusedBytes)
+		}
+		samples := strconv.Itoa(d.n)
+		if pt.late+pt.offSize > 0 {
+			samples += fmt.Sprintf(" (%d rounds late, %d off size)", pt.late, pt.offSize)
+		}
+		p("| %s, %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |", pt.alg, pt.size, pt.roots, pt.bundleBytes, ms(d.p50), ms(d.p99), ms(d.max), samples,
+			ms(f.p50), ms(f.p99), ms(pt.cpuPerTurn), pt.links, rule)
+	}
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
