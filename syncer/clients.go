@@ -535,16 +535,7 @@ func (t *clientTracker) parseAhead(claims map[claimKey]claim) map[*cmapi.Certifi
 	}
 	cas := make([]clientCA, len(todo))
 	for i, cr := range todo {
-		sum := sha256.Sum256(cr.Status.CA)
-		ca, ok := t.cas[sum]
-		if !ok {
-			ca.certs, ca.problem = bundle.ParseClientCA(cr.Status.CA)
-			if t.cas == nil {
-				t.cas = map[[sha256.Size]byte]clientCA{}
-			}
-			t.cas[sum] = ca
-		}
-		cas[i] = ca
+		cas[i] = t.caOf(sha256.Sum256(cr.Status.CA), cr.Status.CA)
 	}
 	leaves := make([]parsedLeaf, len(todo))
 	var g errgroup.Group
@@ -624,14 +615,7 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 		prev.revision, prev.rv = revision, cr.ResourceVersion
 		return prev
 	}
-	ca, ok := t.cas[caSum]
-	if !ok {
-		ca.certs, ca.problem = bundle.ParseClientCA(cr.Status.CA)
-		if t.cas == nil {
-			t.cas = map[[sha256.Size]byte]clientCA{}
-		}
-		t.cas[caSum] = ca
-	}
+	ca := t.caOf(caSum, cr.Status.CA)
 	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum, caSum: caSum, ca: ca.certs}
 	if l, ok := t.ahead[cr]; ok {
 		h.leaf, h.problem = l.leaf, l.problem
@@ -642,6 +626,21 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 		h.problem = ca.problem // tls.crt's own problem first, then ca.crt's
 	}
 	return h
+}
+
+// caOf is the parsed ca.crt of digest sum, parsed from pem the first time.
+// The caller holds t.mu.
+func (t *clientTracker) caOf(sum [sha256.Size]byte, pem []byte) clientCA {
+	if ca, ok := t.cas[sum]; ok {
+		return ca
+	}
+	var ca clientCA
+	ca.certs, ca.problem = bundle.ParseClientCA(pem)
+	if t.cas == nil {
+		t.cas = map[[sha256.Size]byte]clientCA{}
+	}
+	t.cas[sum] = ca
+	return ca
 }
 
 // failed reports whether cert-manager's last attempt to issue crt failed
