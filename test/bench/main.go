@@ -60,8 +60,6 @@ type options struct {
 
 	rotations       int           // propagation, per system and run: at least 200, so that p99 is a percentile, not the max
 	propagationRuns int           // propagation runs, each judged: at least 3
-	rootSizes       intList       // bundle sizes measured
-	turns           int           // rotations at each bundle size: enough that p99 is a percentile, not the max
 	starts          int           // start-up, per client count
 	startupClients  int           // the second start-up client count
 	unrelated       int           // unrelated Secrets, per memory condition
@@ -150,11 +148,11 @@ func subcommand(name string, args []string) bool {
 // defaults are the full run's sizes, or the quick run's.
 func (o *options) defaults() {
 	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
-		rotations: 200, propagationRuns: 3, rootSizes: intList{2, 3, 10, 30, 60}, turns: 1000, starts: 20, startupClients: 1000,
+		rotations: 200, propagationRuns: 3, starts: 20, startupClients: 1000,
 		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
 		scale: intList{1000, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, floorRuns: 1, qps: 100}
 	if o.quick {
-		o.rotations, o.rootSizes, o.turns, o.starts, o.startupClients = 40, intList{2, 3, 10, 30}, 300, 5, 200
+		o.rotations, o.starts, o.startupClients = 40, 5, 200
 		o.unrelated, o.rest, o.restPoll, o.runs, o.polls = 1000, time.Minute, 10*time.Second, 1, 5
 		o.scale, o.touches, o.fanout, o.fanoutRuns, o.floorRuns = intList{200, 1000}, 10, 200, 1, 1
 	}
