@@ -79,9 +79,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		r.publishInvalidRoot(ctx, err)
 		return reconcile.Result{}, err
 	}
+	// Ready as soon as the gateway is in sync: what follows only tells of
+	// it (metrics, events, the status), and with many clients that takes
+	// longer than the write: the per-root client counts check each
+	// client's leaf against each root of the bundle.
+	r.ready.synced()
 	r.report.synced(ctx, p, now)
 	r.report.issuing(ctx, p.written.object, p.issued, p.rootFP)
-	r.ready.synced()
 	// Renewals follow the decision only once it is written: the gateway
 	// trusts the new root before any client is moved to it.
 	if r.renewer != nil {

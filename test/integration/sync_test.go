@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/gcustom"
 	gomegatypes "github.com/onsi/gomega/types"
@@ -15,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
@@ -383,6 +387,73 @@ func TestReadyOnlyOnceTheGatewayIsInSync(t *testing.T) {
 	s.putRoot(s.newRoot("root-1"))
 	s.g.Eventually(probe("/readyz")).Should(Equal(http.StatusOK))
 	s.g.Expect(s.view()).To(HaveField("Roots", []string{"root-1"}))
+}
+
+// TestReadyDoesNotWaitForTheReport: readiness comes with the gateway's
+// write, not after what reports it (metrics, events, log lines, the
+// status ConfigMap), which with many clients took longer than the write.
+// The report is held at its first line; the gateway holds the root and
+// the probe answers 200 meanwhile.
+func TestReadyDoesNotWaitForTheReport(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.HealthProbeBindAddress = s.freeAddress()
+	so := o.Syncer()
+	hold := newHoldAt(ctrlzap.New(ctrlzap.WriteTo(io.Discard)).GetSink(), "gateway secret written")
+	so.Logger = logr.New(hold)
+	s.putRoot(s.newRoot("root-1"))
+	s.start(so)
+	t.Cleanup(hold.release) // before the manager stops: its reconcile is held
+
+	s.g.Eventually(hold.reached).Should(BeClosed(), "the report logs the write")
+	s.g.Expect(s.view()).To(HaveField("Roots", []string{"root-1"}))
+	s.g.Eventually(func() (int, error) {
+		resp, err := http.Get("http://" + o.HealthProbeBindAddress + "/readyz")
+		if err != nil {
+			return 0, err
+		}
+		return resp.StatusCode, resp.Body.Close()
+	}).Should(Equal(http.StatusOK), "ready while the report is held")
+	hold.release()
+}
+
+// holdAt is a log sink that holds the first goroutine to log msg until
+// release, and tells when one reached it.
+type holdAt struct {
+	logr.LogSink
+	msg      string
+	arrived  chan struct{}
+	released chan struct{}
+	once     *sync.Once
+	freeOnce *sync.Once
+}
+
+func newHoldAt(sink logr.LogSink, msg string) holdAt {
+	return holdAt{LogSink: sink, msg: msg, arrived: make(chan struct{}), released: make(chan struct{}),
+		once: &sync.Once{}, freeOnce: &sync.Once{}}
+}
+
+func (h holdAt) reached() <-chan struct{} { return h.arrived }
+
+func (h holdAt) release() { h.freeOnce.Do(func() { close(h.released) }) }
+
+func (h holdAt) Info(level int, msg string, kv ...any) {
+	if msg == h.msg {
+		h.once.Do(func() { close(h.arrived) })
+		<-h.released
+	}
+	h.LogSink.Info(level, msg, kv...)
+}
+
+func (h holdAt) WithValues(kv ...any) logr.LogSink {
+	h.LogSink = h.LogSink.WithValues(kv...)
+	return h
+}
+
+func (h holdAt) WithName(name string) logr.LogSink {
+	h.LogSink = h.LogSink.WithName(name)
+	return h
 }
 
 func TestWithLeaderElectionTheLeaderKeepsTheGatewayInSync(t *testing.T) {
