@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string) error {
 	if err := registerBuildInfo(metrics.Registry, build); err != nil {
 		return err
 	}
+	setMemoryLimit(logger)
 
 	if err := servePprof(ctx); err != nil {
 		return err
