@@ -266,8 +266,6 @@ type clientTracker struct {
 	// clients. An entry no held credential carries is dropped at the end
 	// of the list that left it unused.
 	cas map[[sha256.Size]byte]clientCA
-	// ahead holds, during a read, the leaves parseAhead parsed.
-	ahead map[*cmapi.CertificateRequest]parsedLeaf
 }
 
 // parsedLeaf is a request's leaf as ParseClientLeaf read it.
@@ -387,8 +385,16 @@ func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]cl
 // claimKey is what a CertificateRequest claims to be: the request of
 // revision of the Certificate that controls it (by UID).
 type claimKey struct {
-	owner    types.UID
-	revision int
+	// namespace is the request's: a controller reference names no
+	// namespace, and a request elsewhere claims nothing of a Certificate.
+	namespace string
+	owner     types.UID
+	revision  int
+}
+
+// claimOf is the key of the claims on crt's current revision.
+func claimOf(crt *cmapi.Certificate) claimKey {
+	return claimKey{namespace: crt.Namespace, owner: crt.UID, revision: *crt.Status.Revision}
 }
 
 // claim is the request that made a claim, and how many made it.
@@ -467,23 +473,25 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 		if owner == nil || err != nil {
 			continue // cert-manager made no such request: no client's
 		}
-		k := claimKey{owner: owner.UID, revision: revision}
+		k := claimKey{namespace: cr.Namespace, owner: owner.UID, revision: revision}
 		c := claims[k]
 		claims[k] = claim{request: cr, n: c.n + 1}
 	}
-	t.ahead = t.parseAhead(claims)
-	defer func() { t.ahead = nil }()
+	selected := make([]*cmapi.Certificate, 0, len(certs))
 	for _, crt := range certs {
-		if !t.selection.Selects(crt) {
-			continue // not a client: not followed, not remembered
+		if t.selection.Selects(crt) {
+			selected = append(selected, crt) // the others: not followed, not remembered
 		}
+	}
+	ahead := t.parseAhead(selected, claims)
+	for _, crt := range selected {
 		name := crt.Namespace + "/" + crt.Name
 		seen[crt.UID] = true
 		v := clientView{cert: crt, inFlight: issuing(crt)}
 		c := bundle.Client{Name: name, Failed: failed(crt)}
 		if crt.Status.Revision != nil {
 			var held *heldCredential
-			held, v.request, v.problem = t.current(crt, claims[claimKey{owner: crt.UID, revision: *crt.Status.Revision}])
+			held, v.request, v.problem = t.current(crt, claims[claimOf(crt)], ahead)
 			if held == nil {
 				c.Unknown = true
 			} else {
@@ -512,21 +520,27 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 	return out, views
 }
 
-// parseAhead parses, on every core, the leaves of the requests claiming a
-// revision alone that the tracker has never held: at start, or in a
-// fan-out, thousands at once, each a signature check against its ca.crt
-// (most of the time of a start with tens of thousands of clients). The
-// ca.crt are parsed first, once each. What it returns only spares parse
-// the work; parse decides what is held as it always does. The caller
-// holds t.mu.
-func (t *clientTracker) parseAhead(claims map[claimKey]claim) map[*cmapi.CertificateRequest]parsedLeaf {
+// parseAhead parses, on every core, the leaves of the requests that the
+// selected Certificates' current revisions claim alone and that the
+// tracker has never held: at start, or in a fan-out, thousands at once,
+// each a signature check against its ca.crt (most of the time of a start
+// with tens of thousands of clients). No other request is parsed: one that
+// claims no selected client's revision is never held, and parsing it would
+// cost each read again. The ca.crt are parsed first, once each. What it
+// returns only spares parse the work; parse decides what is held as it
+// always does. The caller holds t.mu.
+func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claims map[claimKey]claim) map[*cmapi.CertificateRequest]parsedLeaf {
 	held := make(map[types.UID]bool, len(t.held))
 	for _, h := range t.held {
 		held[h.request] = true
 	}
 	var todo []*cmapi.CertificateRequest
-	for _, c := range claims {
-		if c.n == 1 && len(c.request.Status.Certificate) > 0 && !held[c.request.UID] {
+	for _, crt := range selected {
+		if crt.Status.Revision == nil {
+			continue
+		}
+		c := claims[claimOf(crt)]
+		if c.n == 1 && c.request.Annotations[cmapi.CertificateNameKey] == crt.Name && len(c.request.Status.Certificate) > 0 && !held[c.request.UID] {
 			todo = append(todo, c.request)
 		}
 	}
@@ -564,7 +578,7 @@ const parseAheadAtLeast = 64
 // claim on crt's current revision; a request counts only if it also names
 // crt. problem says why the requests do not tell, when that is worth an
 // event. The caller holds t.mu.
-func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*heldCredential, *cmapi.CertificateRequest, string) {
+func (t *clientTracker) current(crt *cmapi.Certificate, c claim, ahead map[*cmapi.CertificateRequest]parsedLeaf) (*heldCredential, *cmapi.CertificateRequest, string) {
 	ours, n := c.request, c.n
 	if n == 1 && ours.Annotations[cmapi.CertificateNameKey] != crt.Name {
 		ours, n = nil, 0
@@ -580,7 +594,7 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*heldCredentia
 		if !had || h.request != ours.UID || h.revision != revision || ours.ResourceVersion == "" || h.rv != ours.ResourceVersion {
 			// Written only when the request changed: at rest, a read
 			// over thousands of clients writes nothing.
-			h = t.parse(ours, revision, h, had)
+			h = t.parse(ours, revision, h, had, ahead)
 			if t.held == nil {
 				t.held = map[types.UID]heldCredential{}
 			}
@@ -604,7 +618,7 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim) (*heldCredentia
 // with the same content is kept, at the same addresses, so the decisions'
 // caches see it once; a ca.crt read before is not parsed again. The
 // caller holds t.mu.
-func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev heldCredential, had bool) heldCredential {
+func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev heldCredential, had bool, ahead map[*cmapi.CertificateRequest]parsedLeaf) heldCredential {
 	caSum := sha256.Sum256(cr.Status.CA)
 	hash := sha256.New()
 	hash.Write(cr.Status.Certificate)
@@ -617,7 +631,7 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 	}
 	ca := t.caOf(caSum, cr.Status.CA)
 	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum, caSum: caSum, ca: ca.certs}
-	if l, ok := t.ahead[cr]; ok {
+	if l, ok := ahead[cr]; ok {
 		h.leaf, h.problem = l.leaf, l.problem
 	} else {
 		h.leaf, h.problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, ca.certs)

@@ -452,3 +452,66 @@ func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
 		g.Expect(c.Leaf).To(BeIdenticalTo(byName[c.Name].Leaf), "held leaves are not parsed again")
 	}
 }
+
+// TestARequestInAnotherNamespaceClaimsNothing: a controller reference
+// names no namespace, so a writer of requests in another client namespace
+// can copy a client's UID, name and revision. Such a request is no
+// claimant: with the client's own request it does not make the client
+// unknown, and without it the client is not given its certificates.
+func TestARequestInAnotherNamespaceClaimsNothing(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	r1, foreign := certs.MustCA(t, "root", 48*time.Hour), certs.MustCA(t, "root", 48*time.Hour)
+	_, own, _, err := r1.Leaf("a", now.Add(-time.Hour), now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, forged, _, err := foreign.Leaf("a", now.Add(-time.Hour), now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	a := clientCert("a", ptr.To(1))
+	mine := request(a, 1, "", own, r1.CertPEM)
+	copied := request(a, 1, "", forged, foreign.CertPEM)
+	copied.Namespace = "elsewhere"
+	tracker, _, store := newTrackerOf(g, ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}, a, mine, copied)
+	tracker.namespaces = []string{"agents", "elsewhere"}
+
+	cs, _, err := tracker.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items).To(HaveLen(1))
+	g.Expect(cs.Items[0].Unknown).To(BeFalse(), "the copy elsewhere is no second claimant")
+	g.Expect(cs.Items[0].On(r1.Cert, now)).To(BeTrue())
+
+	// The client's request is collected, and it was never held by a fresh tracker.
+	g.Expect(store.Delete(ctx, mine)).To(Succeed())
+	fresh := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
+	cs, _, err = fresh.read(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "the copy elsewhere is not believed")
+	g.Expect(cs.Items[0].Uses(foreign.Cert, now)).To(BeTrue(), "unknown: fail-safe, on every root")
+	g.Expect(cs.Items[0].On(foreign.Cert, now)).To(BeFalse())
+}
+
+// TestOnlySelectedClientsRequestsAreParsedAhead: requests that claim no
+// selected client's revision (a writer of the namespace can create any
+// number) are never parsed ahead; they would be parsed again at every
+// read, since none is ever held.
+func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	now := time.Now()
+	r1 := certs.MustCA(t, "root", 48*time.Hour)
+	_, leaf, _, err := r1.Leaf("x", now.Add(-time.Hour), now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	claims := map[claimKey]claim{}
+	var selected []*cmapi.Certificate
+	for i := range 2 * parseAheadAtLeast {
+		crt := clientCert(fmt.Sprintf("agent-%03d", i), ptr.To(1))
+		claims[claimOf(crt)] = claim{request: request(crt, 1, "", leaf, r1.CertPEM), n: 1}
+		if i%2 == 0 {
+			selected = append(selected, crt)
+		}
+	}
+	tracker := &clientTracker{}
+	g.Expect(tracker.parseAhead(selected, claims)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
+	g.Expect(tracker.parseAhead(nil, claims)).To(BeEmpty(), "no selected client, nothing parsed")
+}
