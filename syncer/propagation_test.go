@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/dualca/dualca/bundle"
@@ -137,4 +140,99 @@ func TestTheRootIsParsedOncePerContent(t *testing.T) {
 	g.Expect(err).To(MatchError(want.Error()), "an expired root is refused as ValidateRoot refuses it")
 	var invalid *bundle.InvalidError
 	g.Expect(err).To(BeAssignableToTypeOf(invalid))
+}
+
+// TestTheTargetsAreWrittenBeforeTheRecord: a decision reaches the gateway
+// first and its record after, so a new root is one request from the
+// gateway, not two. A record write refused (or a crash) after the
+// gateway's leaves the gateway ahead of the record, sealed: neither the
+// same dualca nor one started afresh takes it for tampering, and once the
+// record is written a writer's replay of an older gateway is tampering
+// again. A tampering found by a reconcile whose record write failed is
+// still told, once, by the one that writes it.
+func TestTheTargetsAreWrittenBeforeTheRecord(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := newRotation(t)
+	recKey := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}
+	var writes []string
+	refuse := false
+	note := func(verb string, obj client.Object) error {
+		writes = append(writes, verb+" "+obj.GetName())
+		if refuse && obj.GetName() == recKey.Name {
+			return errors.New("refused by a policy")
+		}
+		return nil
+	}
+	c := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := note("create", obj); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := note("update", obj); err != nil {
+				return err
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	start := func() *gatewayStore {
+		return &gatewayStore{targets: combined(), api: c, writer: c, clock: clocktesting.NewFakePassiveClock(rt.now),
+			parsed: bundle.NewParsed(), record: &record{key: recKey, api: c, writer: c}}
+	}
+	write := func(s *gatewayStore, d bundle.Decision, root *bundle.Root) (written, gatewayRead, error) {
+		read, err := s.readGateway(ctx, true)
+		g.Expect(err).NotTo(HaveOccurred())
+		w, err := s.write(ctx, read, d, root)
+		return w, read, err
+	}
+	gateway := func() *corev1.Secret {
+		gw := &corev1.Secret{}
+		g.Expect(c.Get(ctx, rt.gateway, gw)).To(Succeed())
+		return gw
+	}
+
+	s := start()
+	_, _, err := write(s, rt.steady, rt.r1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(writes).To(Equal([]string{"create gw", "create gw-dualca-state"}), "the gateway first")
+	steady := gateway()
+
+	refuse, writes = true, nil
+	_, _, err = write(s, rt.renew, rt.r2)
+	g.Expect(err).To(MatchError(ContainSubstring("refused by a policy")))
+	g.Expect(writes).To(Equal([]string{"update gw", "update gw-dualca-state"}))
+	g.Expect(gateway().Data[caKey]).To(Equal(rt.renew.CAPEM), "the gateway trusts the new root already")
+	g.Expect(gateway().Annotations).To(HaveKey(annotationSeal))
+
+	_, read, _ := write(s, rt.renew, rt.r2)
+	g.Expect(read.tampered).To(BeEmpty(), "its own write, its record refused")
+	_, read, _ = write(start(), rt.renew, rt.r2)
+	g.Expect(read.tampered).To(BeEmpty(), "a dualca started afresh knows the seal from the record's key")
+
+	refuse, writes = false, nil
+	w, _, err := write(start(), rt.renew, rt.r2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(w.tampered).To(BeEmpty())
+	g.Expect(writes).To(Equal([]string{"update gw-dualca-state"}), "the gateway holds the decision already: its record alone is written")
+
+	replay := gateway()
+	replay.Data, replay.Annotations = steady.Data, steady.Annotations
+	g.Expect(c.Update(ctx, replay)).To(Succeed())
+	next := bundle.Plan(rt.rotating, rt.r2, rt.clients, rt.timings, rt.now)
+	refuse = true
+	s = start()
+	_, read, err = write(s, next, rt.r2)
+	g.Expect(read.tampered).NotTo(BeEmpty(), "the older gateway, sealed for an older record, written back")
+	g.Expect(err).To(HaveOccurred(), "the next decision's record refused")
+	refuse = false
+	w, read, err = write(s, next, rt.r2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read.tampered).To(BeEmpty(), "the gateway is dualca's write again")
+	g.Expect(w.tampered).NotTo(BeEmpty(), "the tampering is told by the reconcile that wrote its record")
+	w, _, _ = write(s, next, rt.r2)
+	g.Expect(w.tampered).To(BeEmpty(), "and told once")
 }

@@ -3,6 +3,8 @@ package syncer
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
@@ -30,17 +32,37 @@ import (
 // remembers. A gateway that differs from the record is written again from
 // it, with a GatewayTampered Warning.
 //
-// The record is written before the gateway. A crash between the two, or
-// gateway writes refused for a while (a policy, an outage) while the
-// decisions go on, leave the record ahead of the gateway: the record keeps
-// the digest of the last gateway dualca found as it meant it
-// (previousDigest), so that gateway is brought up to date without a false
-// alarm.
+// The record is written after the targets: a new root reaches the gateway
+// one request after dualca read it, not two. A crash between the two
+// writes, or a record write refused for a while, leave a target ahead of
+// the record, holding a decision made from it. dualca tells such a target
+// from a writer's by its seal: each target it writes carries an HMAC, under
+// a key only the record holds (seal.key), of what it owns there and of the
+// record version the decision started from. A target sealed for the
+// record as it is now is dualca's own write, late for its record, and no
+// alarm; a sealed target written back once the record has moved on is a
+// replay, and tampered. Nothing of a target is believed because of its
+// seal: the decisions start from the record all the same, so a target
+// ahead of it is written again from it (a new root's propagation delay
+// then counts from that write, never from the lost one).
+//
+// Targets that a failed write left behind the record (a target refused
+// while an earlier version wrote the record first) are still told apart:
+// the record keeps the digest of the last gateway dualca found as it meant
+// it (previousDigest), so that gateway is brought up to date without a
+// false alarm.
 
 const (
 	// recordRoots is the record's key for the roots read from the root
 	// Secret (bundle.Gateway.Known), as PEM.
 	recordRoots = "roots.pem"
+	// recordSealKey is the record's key for the key that seals the targets
+	// (see sealOf): random, made once, and kept by every record written.
+	recordSealKey = "seal.key"
+	// annotationSeal is a target's seal (see sealOf); it is no part of
+	// what dualca owns there (target.digest), since it depends on the
+	// record's version.
+	annotationSeal = AnnotationSeal
 	// annotationDigest is the digest of the gateway Secret the record
 	// describes; annotationPreviousDigest that of the one it replaced.
 	annotationDigest         = bundle.AnnotationPrefix + "gateway-digest"
@@ -73,6 +95,56 @@ type record struct {
 	// that remembers the same roots encodes none of them again.
 	rootsPEM []byte
 	roots    []*x509.Certificate
+	// made is the seal key made for a record that has none yet (a first
+	// record, or one written by an earlier version), until a record
+	// written with it is read back.
+	made []byte
+}
+
+// sealKey is the key that seals the targets: the record's, or one made
+// for the next record written when it has none.
+func (r *record) sealKey() []byte {
+	if r.last != nil && len(r.last.Data[recordSealKey]) == sealKeyLen {
+		return r.last.Data[recordSealKey]
+	}
+	if r.made == nil {
+		r.made = make([]byte, sealKeyLen)
+		_, _ = rand.Read(r.made) // crypto/rand.Read never fails (it panics first)
+	}
+	return r.made
+}
+
+// version is the resourceVersion of the record as last read or written,
+// the decisions' starting point; "" when there is none.
+func (r *record) version() string {
+	if r.last == nil {
+		return ""
+	}
+	return r.last.ResourceVersion
+}
+
+// AnnotationSeal is the annotation of the seal dualca puts on each target
+// it writes (see sealOf): no part of the rotation's state.
+const AnnotationSeal = bundle.AnnotationPrefix + "seal"
+
+const sealKeyLen = 32
+
+// sealOf is the seal of target id holding digest, written by a decision
+// that started from the record's version: an HMAC-SHA256 under the
+// record's key. Only dualca's account reads the record, so no writer of a
+// target can make one; and a target's seal is good only while the record
+// stays at that version.
+func sealOf(key []byte, version, id, digest string) string {
+	mac := hmac.New(sha256.New, key)
+	_, _ = fmt.Fprintf(mac, "%d:%s %d:%s %d:%s", len(version), version, len(id), id, len(digest), digest)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// sealedFor reports whether obj, a target t whose digest is digest,
+// carries the seal of a decision started from rec as it is now.
+func sealedFor(t *targetState, obj client.Object, digest string, rec *corev1.Secret, key []byte) bool {
+	got := obj.GetAnnotations()[annotationSeal]
+	return got != "" && rec != nil && hmac.Equal([]byte(got), []byte(sealOf(key, rec.ResourceVersion, t.id(), digest)))
 }
 
 // known returns the roots rec remembers as read from the root Secret,
@@ -194,6 +266,7 @@ func (r *record) desired(ts []*targetState, digests, meant map[string]string, d 
 		corev1.TLSCertKey: d.CertPEM,
 		caKey:             d.CAPEM,
 		recordRoots:       r.encodeRoots(d.Known),
+		recordSealKey:     r.sealKey(),
 	}
 	if bytes.Equal(d.KeyPEM, root.KeyPEM) {
 		rec.Annotations[annotationKeyDigest] = keyDigest(d.KeyPEM)
@@ -282,9 +355,11 @@ func gatewayOfRecord(rec *corev1.Secret, credential client.Object, known []*x509
 // target whose update keeps failing) change nothing of that. Else
 // tampered names the parts that differ, never showing them. meant are the
 // digests of the targets found that are not tampered with, by target, for
-// the record's next write; seen those of every target found. Each target
-// is digested once, here.
-func examine(ts []*targetState, found []client.Object, left map[string]string, rec *corev1.Secret) (tampered string, meant, seen map[string]string) {
+// the record's next write; seen those of every target found. A target
+// sealed for rec as it is (key seals them, see sealOf) is dualca's write
+// whose record did not follow, and meant. Each target is digested once,
+// here.
+func examine(ts []*targetState, found []client.Object, left map[string]string, rec *corev1.Secret, key []byte) (tampered string, meant, seen map[string]string) {
 	meant, seen = map[string]string{}, map[string]string{}
 	digests, previous := recordDigests(rec, ts, false), recordDigests(rec, ts, true)
 	var changed []string
@@ -295,7 +370,7 @@ func examine(ts []*targetState, found []client.Object, left map[string]string, r
 		digest := t.digest(found[i])
 		seen[t.id()] = digest
 		untouched := left[t.id()] == "" || left[t.id()] == digest
-		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] && untouched {
+		if rec == nil || digest == digests[t.id()] || digest == previous[t.id()] && untouched || sealedFor(t, found[i], digest, rec, key) {
 			meant[t.id()] = digest
 			continue
 		}
@@ -329,10 +404,11 @@ func keyDigest(key []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// dualcaAnnotations are the dualca.io/ annotations of a, but the seal.
 func dualcaAnnotations(a map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range a {
-		if strings.HasPrefix(k, bundle.AnnotationPrefix) {
+		if strings.HasPrefix(k, bundle.AnnotationPrefix) && k != annotationSeal {
 			out[k] = v
 		}
 	}

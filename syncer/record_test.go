@@ -59,7 +59,7 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 
 	g.Expect(tampered(before, rec.last)).To(BeEmpty(), "the gateway the record describes")
 	g.Expect(tampered(after, next)).To(BeEmpty(), "the gateway the new record describes")
-	g.Expect(tampered(before, next)).To(BeEmpty(), "the gateway the new record replaced: written before a crash, the gateway not yet")
+	g.Expect(tampered(before, next)).To(BeEmpty(), "the gateway the new record replaced: a record written first (an earlier version's order), the gateway not yet")
 	g.Expect(tampered(nil, next)).To(BeEmpty(), "a deleted gateway is restored, not tampered with")
 	// The one replaced is dualca's while it still holds what dualca last
 	// left it holding, whatever others wrote beside it; written back by
@@ -69,7 +69,7 @@ func TestTheRecordTellsTamperingFromItsOwnWrites(t *testing.T) {
 	stormed.ResourceVersion = "9"
 	stormed.Annotations["example.com/storm"] = "985"
 	verdict := func(gw *corev1.Secret, left *corev1.Secret) string {
-		t, _, _ := examine(ts, found(gw), map[string]string{ts[0].id(): ts[0].digest(left)}, next)
+		t, _, _ := examine(ts, found(gw), map[string]string{ts[0].id(): ts[0].digest(left)}, next, nil)
 		return t
 	}
 	g.Expect(verdict(before, before)).To(BeEmpty(), "the gateway a refused write left in place")
@@ -143,14 +143,63 @@ func TestTheRecordNeverHoldsARootsKey(t *testing.T) {
 
 // tampered is examine's verdict on gateway.
 func tampered(gateway, rec *corev1.Secret) string {
-	t, _, _ := examine(combined(), found(gateway), nil, rec)
+	t, _, _ := examine(combined(), found(gateway), nil, rec, nil)
 	return t
 }
 
 // meant is the digests examine hands the record's next write for gateway.
 func meant(gateway, rec *corev1.Secret) map[string]string {
-	_, m, _ := examine(combined(), found(gateway), nil, rec)
+	_, m, _ := examine(combined(), found(gateway), nil, rec, nil)
 	return m
+}
+
+// TestASealedTargetIsDualcasWriteAheadOfItsRecord: a target carrying the
+// seal of a decision started from the record as it is now is dualca's
+// write whose record has not followed (a crash, a refused record write),
+// not tampered with. A seal is good for that record version, that target
+// and that content only, under the record's key: replayed after the record
+// moved on, copied onto other content, made under another key or for
+// another target, it makes nothing dualca's. The seal is no part of what
+// dualca owns in the target.
+func TestASealedTargetIsDualcasWriteAheadOfItsRecord(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := newRotation(t)
+	ts := combined()
+	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
+	rec.last = recordOf(rec, gatewayFor(r.steady), nil, r.steady, r.r1)
+	rec.last.ResourceVersion = "5"
+	key := rec.sealKey()
+	g.Expect(key).To(HaveLen(sealKeyLen))
+	g.Expect(rec.last.Data).To(HaveKeyWithValue(recordSealKey, key), "the record holds its key")
+
+	sealed := func(gw *corev1.Secret, key []byte, version, id string) *corev1.Secret {
+		out := gw.DeepCopy()
+		out.Annotations[annotationSeal] = sealOf(key, version, id, ts[0].digest(gw))
+		return out
+	}
+	verdict := func(gw, at *corev1.Secret) string {
+		t, _, _ := examine(ts, found(gw), nil, at, key)
+		return t
+	}
+	ahead := gatewayFor(r.renew)
+	own := sealed(ahead, key, "5", ts[0].id())
+	g.Expect(ts[0].digest(own)).To(Equal(ts[0].digest(ahead)), "the seal is no part of the digest")
+	g.Expect(verdict(own, rec.last)).To(BeEmpty(), "dualca's write decided from the record as it is")
+	_, m, _ := examine(ts, found(own), nil, rec.last, key)
+	g.Expect(m).To(HaveKeyWithValue(ts[0].id(), ts[0].digest(ahead)), "and meant, for the record's next write")
+	g.Expect(verdict(ahead, rec.last)).NotTo(BeEmpty(), "the same content without a seal is someone else's")
+
+	moved := rec.last.DeepCopy()
+	moved.ResourceVersion = "6"
+	g.Expect(verdict(own, moved)).NotTo(BeEmpty(), "replayed once the record moved on")
+	forged := gatewayFor(r.renew)
+	forged.Data[caKey] = append(forged.Data[caKey], r.r2.CertPEM...)
+	forged.Annotations[annotationSeal] = own.Annotations[annotationSeal]
+	g.Expect(verdict(forged, rec.last)).To(HavePrefix("ca.crt, "), "a seal copied onto other content")
+	g.Expect(verdict(sealed(ahead, make([]byte, sealKeyLen), "5", ts[0].id()), rec.last)).NotTo(BeEmpty(), "a seal under another key")
+	g.Expect(verdict(sealed(ahead, key, "5", "ConfigMap/agents/gw-ca"), rec.last)).NotTo(BeEmpty(), "a seal for another target")
+	g.Expect(verdict(own, nil)).To(BeEmpty(), "without a record, everything found is adopted as before")
 }
 
 // found is the combined gateway Secret as the store finds it.

@@ -27,7 +27,7 @@ import (
 const progressEvery = 5 * time.Second
 
 // gatewayStore reads the root, dualca's record and the targets, and writes
-// the record, then the targets. What it keeps between reconciles is its
+// the targets, then the record. What it keeps between reconciles is its
 // own: when it last read from the API server (the poll), the record as it
 // last read or wrote it (record.go), each target's version, and when it
 // last wrote (to pace writes of the client progress alone). Reconciles run
@@ -61,6 +61,9 @@ type gatewayStore struct {
 	record *record
 	// lastWrite is when the primary target was last written.
 	lastWrite time.Time
+	// untold is what the targets written were, to be told once their
+	// record is written too.
+	untold untold
 	// parsed remembers what the decisions parsed of the gateway's fields:
 	// at rest they hold the same bytes at every reconcile.
 	parsed *bundle.Parsed
@@ -244,7 +247,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 		read.foreign = append(read.foreign, foreignInput{what: s.targets[0].id() + ": shadowed by " + KindSecret + "/" + s.shadow.String(), object: shadow})
 	}
 	var seen map[string]string
-	read.tampered, read.meant, seen = examine(s.targets, read.found, left, rec)
+	read.tampered, read.meant, seen = examine(s.targets, read.found, left, rec, s.record.sealKey())
 	for _, t := range s.targets {
 		t.seen = seen[t.id()]
 	}
@@ -410,18 +413,23 @@ type written struct {
 	deferred time.Duration
 }
 
-// write records d in dualca's record, then creates or updates each target
-// to hold it, those that hold the bundle alone first (trust first), and
-// does nothing when all already do. Updates carry the resourceVersion that
-// was read, so a concurrent writer makes this fail with a conflict and the
-// caller re-reads and decides again instead of overwriting.
+// write creates or updates each target to hold d, those that hold the
+// bundle alone first (trust first), then records d in dualca's record,
+// and does nothing when all already do. Each target written is sealed for
+// the record the decision started from (see sealOf), so that a record
+// write that does not follow (a crash, a refusal) leaves no false alarm.
+// Updates carry the resourceVersion that was read, so a concurrent writer
+// makes this fail with a conflict and the caller re-reads and decides
+// again instead of overwriting.
 func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Decision, root *bundle.Root) (written, error) {
 	c := contentOf(d)
 	desired := make([]client.Object, len(s.targets))
 	digests := map[string]string{}
+	key, version := s.record.sealKey(), s.record.version()
 	for i, t := range s.targets {
 		desired[i] = t.desired(read.found[i], c)
 		digests[t.id()] = t.digest(desired[i])
+		seal(desired[i], read.found[i], t.seen == digests[t.id()], sealOf(key, version, t.id(), digests[t.id()]))
 	}
 	w := written{object: read.found[0], foreign: read.foreign}
 	if s.progressOnly(read.found, desired) {
@@ -429,9 +437,6 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			w.deferred = wait
 			return w, nil
 		}
-	}
-	if err := s.record.write(ctx, s.targets, digests, read.meant, d, root); err != nil {
-		return written{}, err
 	}
 	for _, i := range s.writeOrder() {
 		t := s.targets[i]
@@ -448,9 +453,58 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 		}
 	}
 	if w.wrote {
-		w.restored, w.tampered = read.restoring(s.targets), read.tampered
+		s.untold.add(read.restoring(s.targets), read.tampered)
 	}
+	if err := s.record.write(ctx, s.targets, digests, read.meant, d, root); err != nil {
+		return written{}, err
+	}
+	w.restored, w.tampered = s.untold.take()
 	return w, nil
+}
+
+// seal puts the seal on desired, target found as written: found's own
+// when dualca's part of it stays as it is (a new seal would only rewrite
+// it), else sealed.
+func seal(desired, found client.Object, unchanged bool, sealed string) {
+	a := maps.Clone(desired.GetAnnotations())
+	if a == nil {
+		a = map[string]string{}
+	}
+	delete(a, annotationSeal)
+	switch {
+	case !unchanged:
+		a[annotationSeal] = sealed
+	case found.GetAnnotations()[annotationSeal] != "":
+		a[annotationSeal] = found.GetAnnotations()[annotationSeal]
+	}
+	desired.SetAnnotations(a)
+}
+
+// untold is what targets written were restored or tampered with, until a
+// reconcile that wrote them also wrote its record and tells them: a record
+// write that fails after the targets' would otherwise lose the tale, the
+// targets then being dualca's own writes (sealed) at the next attempt.
+type untold struct {
+	restored []string
+	tampered []string
+}
+
+func (u *untold) add(restored []string, tampered string) {
+	for _, r := range restored {
+		if !slices.Contains(u.restored, r) {
+			u.restored = append(u.restored, r)
+		}
+	}
+	if tampered != "" && !slices.Contains(u.tampered, tampered) {
+		u.tampered = append(u.tampered, tampered)
+	}
+}
+
+// take returns what is untold, and forgets it.
+func (u *untold) take() (restored []string, tampered string) {
+	restored, tampered = u.restored, strings.Join(u.tampered, "; ")
+	*u = untold{}
+	return restored, tampered
 }
 
 // writeOrder is the order targets are written in: those holding the
@@ -529,10 +583,13 @@ func (s *gatewayStore) progressOnly(found, desired []client.Object) bool {
 	return true
 }
 
+// withoutProgress is obj without its client progress, nor its seal (which
+// a change of the progress changes).
 func withoutProgress(obj client.Object) client.Object {
 	c := obj.DeepCopyObject().(client.Object)
 	a := maps.Clone(c.GetAnnotations())
 	delete(a, bundle.AnnotationClients)
+	delete(a, annotationSeal)
 	c.SetAnnotations(a)
 	return c
 }

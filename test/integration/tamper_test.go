@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -96,10 +97,13 @@ func (s *setup) watchGateway(from string) func() []*corev1.Secret {
 	return s.watchSecret(s.gateway, from)
 }
 
+// dualcaAnnotations are the rotation's state on a target: its dualca.io/
+// annotations but the seal, which each write makes anew for the record
+// version it started from.
 func dualcaAnnotations(a map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range a {
-		if len(k) > len(bundle.AnnotationPrefix) && k[:len(bundle.AnnotationPrefix)] == bundle.AnnotationPrefix {
+		if len(k) > len(bundle.AnnotationPrefix) && k[:len(bundle.AnnotationPrefix)] == bundle.AnnotationPrefix && k != syncer.AnnotationSeal {
 			out[k] = v
 		}
 	}

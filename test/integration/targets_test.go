@@ -158,28 +158,29 @@ func TestForeignIstioInputsAreRemovedOrFlagged(t *testing.T) {
 }
 
 // TestALateBundleWriteRestartsThePropagationDelay: with the bundle in its
-// own object (the split form's -cacert), dualca records a new root, then
-// the write of the bundle is refused for a while. The propagation delay
-// the gateway is given must count from the write that reaches it, not
-// from the record: the rotation's recorded start moves past the moment
-// the writes were let through.
+// own object (the split form's -cacert), the write of the bundle is
+// refused for a while as a new root arrives. Nothing of the rotation is
+// written meanwhile, the gateway Secret nor dualca's record (the bundle
+// first, the record last), and the propagation delay the gateway is given
+// counts from the write that reaches it: the rotation's recorded start is
+// past the moment the writes were let through.
 func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	o, cacert := s.splitOptions()
 	s.putRoot(s.newRoot("root-1"))
-	s.start(o.Syncer())
+	d := s.start(o.Syncer())
 	s.g.Eventually(func() (gatewayView, error) { return s.splitView(cacert) }).Should(HaveField("Roots", []string{"root-1"}))
+	record := syncer.DefaultStateSecret(s.gateway)
+	before := s.secret(record).ResourceVersion
 
 	unfreeze := s.freeze(cacert)
 	r2 := s.newRoot("root-2")
 	s.putRoot(r2)
-	recorded := time.Now()
-	// The record has the new root while the bundle cannot be written.
-	record := syncer.DefaultStateSecret(s.gateway)
-	s.g.Eventually(func() map[string]string { return s.secret(record).Annotations }).
-		Should(HaveKeyWithValue(bundle.AnnotationBundleRoots, ContainSubstring(",")), "two roots recorded")
-	s.g.Consistently(func() []string { return rootsOf(s.secret(cacert).Data["ca.crt"]) }, 3*time.Second).Should(Equal([]string{"root-1"}))
+	s.g.Eventually(func() float64 { return d.Total("dualca_sync_errors_total") }).Should(BeNumerically(">=", 2), "bundle writes refused")
+	s.g.Expect(rootsOf(s.secret(cacert).Data["ca.crt"])).To(Equal([]string{"root-1"}))
+	s.g.Expect(s.secret(s.gateway).Annotations).NotTo(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r2.Cert)), "the gateway Secret waits for its bundle")
+	s.g.Expect(s.secret(record).ResourceVersion).To(Equal(before), "and the record for both")
 	// Before the policy is lifted: no write can reach the gateway before
 	// this moment.
 	let := time.Now()
@@ -190,8 +191,45 @@ func TestALateBundleWriteRestartsThePropagationDelay(t *testing.T) {
 		Should(HaveKeyWithValue(bundle.AnnotationRoot, fingerprint(r2.Cert)))
 	added, err := time.Parse(time.RFC3339, s.secret(s.gateway).Annotations[bundle.AnnotationRootAddedAt])
 	s.g.Expect(err).NotTo(HaveOccurred())
-	s.g.Expect(added).To(BeTemporally(">", recorded.Add(2*time.Second)), "not the record's first stamp")
 	s.g.Expect(added).To(BeTemporally(">=", let.Truncate(time.Second)), "the delay counts from the write that reached the gateway")
+	s.g.Eventually(func() map[string]string { return s.secret(record).Annotations }).
+		Should(HaveKeyWithValue(bundle.AnnotationRootAddedAt, added.Format(time.RFC3339)), "the record follows")
+}
+
+// TestAGatewayAheadOfItsRecordIsNoTampering: dualca's record cannot be
+// written for a while (a policy; a crash between the two writes leaves the
+// same) as a new root arrives. The gateway trusts the new root all the
+// same, written first, and neither that dualca nor one started afresh
+// while the record is behind takes the gateway, sealed as dualca's own
+// write, for tampering; once the record can be written it catches up.
+func TestAGatewayAheadOfItsRecordIsNoTampering(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	// Refused writes are retried with a backoff that doubles up to the
+	// poll interval: a short one lets the record catch up soon after.
+	o.PollInterval = time.Second
+	d, _ := s.startOnFirstRoot(o.Syncer())
+	record := syncer.DefaultStateSecret(s.gateway)
+
+	unfreeze := s.freeze(record)
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}), "the gateway trusts the new root first")
+	s.g.Eventually(func() float64 { return d.Total("dualca_sync_errors_total") }).Should(BeNumerically(">=", 1), "its record refused")
+	s.g.Expect(s.secret(record).Annotations).To(HaveKeyWithValue(bundle.AnnotationBundleRoots, Not(ContainSubstring(","))), "the record still has one root")
+	s.g.Expect(s.secret(s.gateway).Annotations).To(HaveKey(syncer.AnnotationSeal))
+	d.Stop()
+
+	again := s.start(o.Syncer())
+	s.g.Eventually(func() float64 { return again.Total("dualca_sync_errors_total") }).Should(BeNumerically(">=", 1), "the restarted dualca read the gateway ahead of the record")
+	unfreeze()
+	s.g.Eventually(func() map[string]string { return s.secret(record).Annotations }).
+		Should(HaveKeyWithValue(bundle.AnnotationBundleRoots, ContainSubstring(",")), "the record catches up")
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+	s.g.Expect(d.Counter("dualca_gateway_tampered_total")).To(BeZero())
+	s.g.Expect(again.Counter("dualca_gateway_tampered_total")).To(BeZero(), "no false alarm after the restart")
+	s.g.Expect(s.events()).NotTo(ContainElement(HavePrefix(bundle.ReasonGatewayTampered)))
 }
 
 // TestAReplayedBundleIsTamperingNotALateWrite: a writer of the split

@@ -164,3 +164,15 @@ func (d *Dualca) Counter(name string) float64 {
 	}
 	return f.GetMetric()[0].GetCounter().GetValue()
 }
+
+// Total is the sum of every series of dualca's counter name (0 when it
+// has none yet): a counter with labels, such as its sync errors by reason.
+func (d *Dualca) Total(name string) float64 {
+	total := 0.0
+	if f := d.family(name); f != nil {
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
