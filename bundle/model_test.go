@@ -84,10 +84,16 @@ type model struct {
 	// decision; the step-wise invariants start again from the next.
 	tampered bool
 	// The objects the gateway reads, apart from the record (m.gw): their
-	// writes fail while writesFail (an outage, a policy), after the record
-	// was written. written is the bundle they last got, and writtenAt when
+	// writes fail while writesFail (an outage, a policy), and the record's
+	// while recordFails. The syncer writes them first and the record last
+	// (the record then stays as it was); in histories where recordFirst,
+	// an earlier version's order, the record first, so the objects lag
+	// behind it. written is the bundle they last got, and writtenAt when
 	// each of its roots first reached them, by dualca's clock.
-	writesFail bool
+	writesFail, recordFails, recordFirst bool
+	// recordLate counts the decisions written to the objects the gateway
+	// reads whose record write failed.
+	recordLate int
 	written    []*x509.Certificate
 	writtenAt  map[string]time.Time
 	// bornWith are the roots of the first bundle written: a gateway loads
@@ -151,6 +157,9 @@ func newModel(t *testing.T, seed uint64) *model {
 	// From now on, in a third of the histories, the clients' Issuer reads
 	// dualca's issuing Secret instead of the root Secret.
 	m.issuingOn = seed%3 == 1
+	if m.recordFirst = (seed*0x9e3779b97f4a7c15)>>63 == 1; m.recordFirst {
+		m.trace = append(m.trace, "the record written first (an earlier version's order)")
+	}
 	return m
 }
 
@@ -257,7 +266,7 @@ func (m *model) reconcile() {
 			m.lateWrites++
 		}
 	}
-	prev := m.gw
+	prev, prevAnnots := m.gw, m.annots
 	var d bundle.Decision
 	if m.legacy {
 		d = legacy.Plan(m.gw, root, m.clientView(), m.now)
@@ -270,13 +279,36 @@ func (m *model) reconcile() {
 		again := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
 		m.check(sameDecision(d, again), "the decision is deterministic")
 	}
-	m.apply(d)
 	before := m.written
-	if !m.writesFail {
+	// lost: the objects the gateway reads got the decision, its record
+	// did not (a crash between the writes, a record write refused): the
+	// invariants hold of what they serve, and the next decision starts
+	// from the record as it was.
+	lost := !m.recordFirst && !m.writesFail && m.recordFails
+	switch {
+	case m.recordFirst:
+		m.apply(d)
+		if !m.writesFail {
+			m.wrote(d.CAPEM)
+		}
+	case m.writesFail:
+		// The objects the gateway reads refused, the record is not
+		// written either: nothing follows the decision.
+		m.checkProvenance(prev, d, root)
+		return
+	default:
 		m.wrote(d.CAPEM)
+		m.apply(d)
+	}
+	if lost {
+		// The record as it was, and so whatever a hostile writer made of
+		// it (the model's attacks write there): still tampered with.
+		m.recordLate++
+		tampered := m.tampered
+		defer func() { m.gw, m.annots, m.tampered = prev, prevAnnots, tampered }()
 	}
 	m.checkProvenance(prev, d, root)
-	if m.issuingOn && !m.writesFail {
+	if m.issuingOn && !m.writesFail && !lost {
 		m.syncIssuing(d, root)
 	}
 	if m.legacy {
@@ -301,7 +333,7 @@ func (m *model) reconcile() {
 		m.checkControls(prev, d, root)
 	}
 	m.tampered = false
-	if m.writesFail {
+	if m.writesFail || lost {
 		return // the reconcile fails: nothing follows the decision
 	}
 	// 8. a client that works (its leaf chains to a root of the gateway's
@@ -896,8 +928,13 @@ func (m *model) check(ok bool, format string, args ...any) {
 func (m *model) step() {
 	switch n := m.rng.IntN(118); {
 	case n >= 115:
-		m.writesFail = !m.writesFail
-		m.trace = append(m.trace, fmt.Sprintf("gateway writes fail=%v", m.writesFail))
+		if m.rng.IntN(2) == 0 {
+			m.writesFail = !m.writesFail
+			m.trace = append(m.trace, fmt.Sprintf("gateway writes fail=%v", m.writesFail))
+		} else {
+			m.recordFails = !m.recordFails
+			m.trace = append(m.trace, fmt.Sprintf("record writes fail=%v", m.recordFails))
+		}
 	case n >= 113:
 		// The operator changes the server profile (a new name, another
 		// algorithm or lifetime), and dualca restarts with it.
@@ -998,7 +1035,7 @@ func (m *model) step() {
 // settle stops rotations and lets everything finish: every selected client
 // must end on the current root, the server on it, and old roots retired.
 func (m *model) settle() {
-	m.legacy, m.rootBad, m.writesFail = false, false, false
+	m.legacy, m.rootBad, m.writesFail, m.recordFails = false, false, false, false
 	if m.annots != nil {
 		delete(m.annots, bundle.AnnotationPaused)
 		m.gw.State = bundle.ParseState(m.annots)
@@ -1116,6 +1153,7 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.revealedRenewed += m.revealedRenewed
 		total.revealedAsWas += m.revealedAsWas
 		total.lateWrites += m.lateWrites
+		total.recordLate += m.recordLate
 		total.reissues += m.reissues
 		total.leafForced += m.leafForced
 		total.profileChanges += m.profileChanges
@@ -1147,6 +1185,10 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	t.Logf("hostile writers: %d attacks; %d decisions while the gateway lagged behind the record", total.attacks, total.lateWrites)
 	if total.lateWrites == 0 {
 		t.Fatal("the random histories made no decision while the gateway lagged")
+	}
+	t.Logf("record writes: %d decisions reached the gateway's objects and not their record", total.recordLate)
+	if total.recordLate == 0 {
+		t.Fatal("the random histories lost no record write")
 	}
 	if total.attacks == 0 {
 		t.Fatal("the random histories made no attack")
