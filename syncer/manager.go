@@ -66,6 +66,9 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	r := newReconciler(mgr, o, c)
+	if err := mgr.Add(r.publisher); err != nil {
+		return nil, fmt.Errorf("adding the status publisher: %w", err)
+	}
 	if r.renewer != nil {
 		if err := mgr.Add(r.renewer); err != nil {
 			return nil, fmt.Errorf("adding the renewer: %w", err)
@@ -182,6 +185,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 		key:        o.Anchor(),
 	}
 	r.status = newStatusMapOf(mgr, o, c)
+	r.publisher = newStatusPublisher(r.status, o.Logger.WithName("status"))
 	if c.clients != nil {
 		r.clients = (&clientTracker{reader: c.clients, selection: o.Clients(), namespaces: o.ClientNamespaces, signatures: r.signatures}).watched()
 		r.renewer = newRenewer(strategy, o)

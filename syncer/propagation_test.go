@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/certs"
@@ -24,36 +25,72 @@ import (
 // again from the last one so that a new root reaches the gateway sooner,
 // and why each shortcut decides exactly what the long way would.
 
-// TestTheStatusWaitsOnlyForAQueuedRoot: a reconcile leaves the status to
-// the next one only when a root event came while it ran, never with a
-// promote to consume, and never for longer than maxStatusWait.
-func TestTheStatusWaitsOnlyForAQueuedRoot(t *testing.T) {
+// TestTheStatusIsPublishedOffTheReconcilesPath: a reconcile hands its
+// report to the publisher and returns; reports handed over faster than
+// they are published replace one another, so the one published is the
+// latest, built once; a report published at once by a reconcile (a
+// promote to consume) replaces any handed over, and an older one never
+// follows it; a report deferred (client progress alone) is published at
+// its turn; the publisher stops with its context.
+func TestTheStatusIsPublishedOffTheReconcilesPath(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	r := &Reconciler{status: &statusMap{}}
-	events := counted[*corev1.Secret](&r.rootEvents)
-	start := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	rt := newRotation(t)
+	f := newStatusFixture(t)
+	g := f.g
+	turns := make(chan time.Time)
+	p := newStatusPublisher(f.m, logr.Discard())
+	p.after = func(time.Duration) <-chan time.Time { return turns }
+	report := func(d bundle.Decision, root *bundle.Root) *Report {
+		return reportOf(rt.gateway, rt.rootK, d, root.Fingerprint, &rt.clients, 0, rt.now)
+	}
+	var built atomic.Int32
+	offer := func(rep *Report) {
+		p.offer(func() *Report { built.Add(1); return rep.copy() })
+	}
 
-	seen := r.rootEvents.Load()
-	g.Expect(r.statusCanWait(seen, start)).To(BeFalse(), "no root event meanwhile")
+	// Handed over faster than published: the latest replaces the others,
+	// and nothing is built on the reconcile's path.
+	offer(report(rt.steady, rt.r1))
+	offer(report(rt.renew, rt.r2))
+	g.Expect(built.Load()).To(BeZero())
+	build, seq := p.take()
+	g.Expect(build().Phase).To(Equal(string(rt.renew.State.Phase)), "the latest of the two")
+	g.Expect(seq).To(Equal(uint64(2)))
 
-	g.Expect(events.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectNew: &corev1.Secret{}})).To(BeTrue(), "counting filters nothing")
-	g.Expect(r.statusCanWait(seen, start)).To(BeTrue(), "a root event is queued")
-	seen = r.rootEvents.Load()
-	events.Create(event.TypedCreateEvent[*corev1.Secret]{Object: &corev1.Secret{}})
-	g.Expect(r.statusCanWait(seen, start.Add(maxStatusWait-time.Millisecond))).To(BeTrue(), "roots back to back, within the bound")
-	seen = r.rootEvents.Load()
-	events.Delete(event.TypedDeleteEvent[*corev1.Secret]{Object: &corev1.Secret{}})
-	g.Expect(r.statusCanWait(seen, start.Add(maxStatusWait))).To(BeFalse(), "waiting since the first, the bound is reached")
+	// Published at once, in place of one handed over: that one is dropped,
+	// and an older one never follows it out.
+	offer(report(rt.steady, rt.r1))
+	_, err := p.now(f.ctx, report(rt.renew, rt.r2), true)
+	g.Expect(err).NotTo(HaveOccurred())
+	build, _ = p.take()
+	g.Expect(build).To(BeNil(), "the report handed over before is dropped")
+	g.Expect(p.publish(f.ctx, report(rt.steady, rt.r1), seq, true)).To(Equal(published{}), "an older report never follows a newer one out")
+	g.Expect(f.published().Phase).To(Equal(string(rt.renew.State.Phase)))
 
-	r.statusWaitingSince = time.Time{} // that reconcile published
-	r.status.read = &corev1.ConfigMap{}
-	r.status.read.Annotations = map[string]string{bundle.AnnotationPromote: "0123456789ab"}
-	seen = r.rootEvents.Load()
-	events.Generic(event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}})
-	g.Expect(r.statusCanWait(seen, start)).To(BeFalse(), "a promote is consumed with the decision that consumed it")
+	// The publisher at work: what is handed over is built once and published.
+	built.Store(0)
+	ctx, cancel := context.WithCancel(f.ctx)
+	stopped := make(chan error)
+	go func() { stopped <- p.Start(ctx) }()
+	f.clock.SetTime(f.clock.Now().Add(time.Second))
+	phase := report(rt.renew, rt.r2)
+	phase.Phase = string(bundle.PhaseRetiring)
+	offer(phase)
+	g.Eventually(func() string { return f.published().Phase }).Should(Equal(phase.Phase))
+	g.Expect(built.Load()).To(Equal(int32(1)))
 
-	g.Expect((&Reconciler{}).statusCanWait(seen, start)).To(BeFalse(), "no status map, nothing to leave")
+	// The client progress alone waits for its turn.
+	progressed := phase.copy()
+	progressed.Clients = &bundle.Progress{Renewed: 1}
+	offer(progressed)
+	g.Eventually(built.Load).Should(Equal(int32(2)))
+	g.Consistently(func() *bundle.Progress { return f.published().Clients }).ShouldNot(Equal(progressed.Clients), "deferred")
+	f.clock.SetTime(f.clock.Now().Add(progressEvery))
+	turns <- f.clock.Now()
+	g.Eventually(func() *bundle.Progress { return f.published().Clients }).Should(Equal(progressed.Clients), "published at its turn")
+
+	cancel()
+	g.Eventually(stopped).Should(Receive(BeNil()))
 }
 
 // TestTheRecordKnowsWhatItWroteWithoutParsingIt: after a write the

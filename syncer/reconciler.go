@@ -23,10 +23,13 @@ type Reconciler struct {
 	report   *reporter
 	renewer  *renewer   // nil when clients are not tracked
 	status   *statusMap // the status ConfigMap: controls in, report out
-	ready    *readiness
-	clock    clock.PassiveClock
-	poll     time.Duration
-	key      types.NamespacedName // the gateway Secret: the one work item
+	// publisher publishes the reports off the reconcile's path; nil
+	// without a status map.
+	publisher *statusPublisher
+	ready     *readiness
+	clock     clock.PassiveClock
+	poll      time.Duration
+	key       types.NamespacedName // the gateway Secret: the one work item
 	// signatures remembers the signature checks of the decisions: each
 	// client's leaf, the server leaf and the cross-certificates are
 	// checked against every root of the bundle at each reconcile, and
@@ -37,13 +40,6 @@ type Reconciler struct {
 	// took is how long the last reconcile ran, in nanoseconds: client
 	// events wait in proportion to it (see clientEventWait).
 	took atomic.Int64
-	// rootEvents counts the root Secret's events, each of which queues a
-	// reconcile; a reconcile that sees it change knows another follows
-	// at once (see statusCanWait).
-	rootEvents atomic.Uint64
-	// statusWaitingSince is when a reconcile first left its status to
-	// the next one; zero once a reconcile publishes.
-	statusWaitingSince time.Time
 }
 
 // pass is what one attempt at a reconcile read, decided and wrote.
@@ -64,7 +60,6 @@ type pass struct {
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	began := time.Now() // the monotonic clock: this paces work, it decides nothing
 	defer func() { r.took.Store(int64(time.Since(began))) }()
-	rootEvents := r.rootEvents.Load()
 	r.signatures.Advance()
 	var p pass
 	attempt := 0
@@ -93,42 +88,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			r.report.renewalsQueued(p.written.object, n, p.decision)
 		}
 	}
-	if r.statusCanWait(rootEvents, began) {
-		return reconcile.Result{RequeueAfter: r.requeueAfter(p)}, nil
-	}
-	r.statusWaitingSince = time.Time{}
 	statusWait := r.publishStatus(ctx, p, now)
 	return reconcile.Result{RequeueAfter: sooner(r.requeueAfter(p), statusWait)}, nil
-}
-
-// statusCanWait reports whether this reconcile may leave the status
-// ConfigMap to the next one: a root event came while it ran (the counter
-// moved from seen), so the next reconcile is queued already, and
-// publishing now (a request, and the report's encoding) would only delay
-// the write of that root, and publish a report it is about to replace.
-// The status is left waiting for at most maxStatusWait, and never when it
-// carries a promote that this decision may consume: its removal is one
-// with the decision that consumed it.
-func (r *Reconciler) statusCanWait(seen uint64, now time.Time) bool {
-	if r.rootEvents.Load() == seen || r.status == nil || r.status.promoteSet() {
-		return false
-	}
-	if r.statusWaitingSince.IsZero() {
-		r.statusWaitingSince = now
-	}
-	return now.Sub(r.statusWaitingSince) < maxStatusWait
 }
 
 // promoteSet reports whether the ConfigMap as last read or written
 // carries a promote.
 func (m *statusMap) promoteSet() bool {
-	return m.read != nil && m.read.Annotations[bundle.AnnotationPromote] != ""
+	read := m.read.Load()
+	return read != nil && read.Annotations[bundle.AnnotationPromote] != ""
 }
-
-// maxStatusWait bounds how long roots arriving back to back hold back
-// the status: no more than the shortest heartbeat (minHeartbeat), so that
-// `dualca status` never takes a busy dualca for a stopped one.
-const maxStatusWait = minHeartbeat
 
 // attempt is one pass of root → gateway → clients → plan → write; a
 // conflict on the write makes Reconcile try again from fresh reads.

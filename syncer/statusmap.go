@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +50,9 @@ const StatusKey = "status.json"
 const promotePrefix = 12
 
 // statusMap reads the controls from the status ConfigMap and publishes the
-// reports there. Reconciles run one at a time, so it needs no lock.
+// reports there. The reconcile reads the controls, and publishes when it
+// has a promote to consume; the publisher (publisher.go) publishes the
+// other reports: publishing holds its lock, and read is shared.
 type statusMap struct {
 	key              types.NamespacedName
 	gateway, rootKey types.NamespacedName
@@ -63,14 +68,18 @@ type statusMap struct {
 
 	// lastPoll is when the ConfigMap was last read from the API server.
 	lastPoll time.Time
-	// read is the ConfigMap as controls last found it; nil when missing.
-	read *corev1.ConfigMap
+	// read is the ConfigMap as controls last found it or a publish left
+	// it; nil when missing. Never modified once stored.
+	read atomic.Pointer[corev1.ConfigMap]
+	// publishing is held by each publish.
+	publishing sync.Mutex
 	// consumed is the promote dualca last removed: a cache still showing
 	// it is read again from the API server, so that the removal is not
 	// taken for a new promote.
 	consumed string
-	// published is the report last written, and when.
-	published   *Report
+	// published is the report last written (as reportJSON has it), and
+	// when; guarded by publishing.
+	published   *publishedReport
 	publishedAt time.Time
 }
 
@@ -108,12 +117,12 @@ func (m *statusMap) controls(ctx context.Context) (paused, promote string, err e
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		m.read = nil
+		m.read.Store(nil)
 		return "", "", nil
 	case err != nil:
 		return "", "", fmt.Errorf("reading status configmap %s: %w", m.key, err)
 	}
-	m.read = cm
+	m.read.Store(cm)
 	if cm.Annotations[bundle.AnnotationPromote] != m.consumed {
 		m.consumed = ""
 	}
@@ -224,6 +233,8 @@ type published struct {
 // dualca that stopped publishing), and one that differs in the client
 // progress alone at most every progressEvery.
 func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (published, error) {
+	m.publishing.Lock()
+	defer m.publishing.Unlock()
 	now := m.clock.Now()
 	every := m.heartbeat()
 	r.ObservedAt, r.PollInterval = &now, every.String()
@@ -231,28 +242,30 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 	if err != nil {
 		return published{}, fmt.Errorf("encoding the status: %w", err)
 	}
+	read := m.read.Load()
 	switch {
-	case m.read == nil:
+	case read == nil:
 		// Missing as last read; created meanwhile (by dualca itself, its
 		// cache not caught up yet): written below as any other.
 		done, err := m.create(ctx, r, body)
 		if !apierrors.IsAlreadyExists(err) {
 			return done, err
 		}
-	case !promoteKept && m.read.Annotations[bundle.AnnotationPromote] != "":
-		return m.consume(ctx, r, body)
+	case !promoteKept && read.Annotations[bundle.AnnotationPromote] != "":
+		return m.consume(ctx, read, r, body)
 	}
 	last := m.published
-	if last == nil && m.read != nil {
-		last = parseReport(m.read.Data[StatusKey])
+	if last == nil && read != nil {
+		last = publishedOf(parseReport(read.Data[StatusKey]))
 	}
 	since := m.clock.Since(m.publishedAt)
 	heartbeat := m.published == nil || since >= every*9/10
+	this := publishedOf(r)
 	switch {
 	case heartbeat:
-	case sameReport(last, r):
+	case last.same(this):
 		return published{}, nil
-	case progressOnlyReport(last, r) && since < progressEvery:
+	case last.progressOnly(this) && since < progressEvery:
 		return published{deferred: progressEvery - since}, nil
 	}
 	patch, err := json.Marshal(map[string]any{"data": map[string]string{StatusKey: string(body)}})
@@ -266,7 +279,7 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 		}
 		return published{}, fmt.Errorf("publishing status to configmap %s: %w", m.key, err)
 	}
-	m.wrote(cm, r)
+	m.wrote(cm, this)
 	return published{wrote: true}, nil
 }
 
@@ -280,7 +293,7 @@ func (m *statusMap) create(ctx context.Context, r *Report, body []byte) (publish
 	if err := m.writer.Create(ctx, cm); err != nil {
 		return published{}, fmt.Errorf("creating status configmap %s: %w", m.key, err)
 	}
-	m.wrote(cm, r)
+	m.wrote(cm, publishedOf(r))
 	return published{wrote: true}, nil
 }
 
@@ -289,9 +302,9 @@ func (m *statusMap) create(ctx context.Context, r *Report, body []byte) (publish
 // resourceVersion makes it fail on a conflict, as an update would, and
 // dualca needs no update right). On a conflict it reads the ConfigMap
 // again: a promote the operator changed meanwhile is a new one, and stays.
-func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (published, error) {
-	promote := m.read.Annotations[bundle.AnnotationPromote]
-	cm := m.read.DeepCopy()
+func (m *statusMap) consume(ctx context.Context, read *corev1.ConfigMap, r *Report, body []byte) (published, error) {
+	promote := read.Annotations[bundle.AnnotationPromote]
+	cm := read.DeepCopy()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if cm == nil {
 			cm = &corev1.ConfigMap{}
@@ -317,7 +330,7 @@ func (m *statusMap) consume(ctx context.Context, r *Report, body []byte) (publis
 		return published{}, fmt.Errorf("removing the consumed promote from configmap %s: %w", m.key, client.IgnoreNotFound(err))
 	}
 	m.consumed = promote
-	m.wrote(cm, r)
+	m.wrote(cm, publishedOf(r))
 	return published{wrote: true}, nil
 }
 
@@ -335,8 +348,9 @@ func (m *statusMap) heartbeat() time.Duration {
 }
 
 // wrote remembers the report just published.
-func (m *statusMap) wrote(cm *corev1.ConfigMap, r *Report) {
-	m.read, m.published, m.publishedAt = cm, r, m.clock.Now()
+func (m *statusMap) wrote(cm *corev1.ConfigMap, r *publishedReport) {
+	m.read.Store(cm)
+	m.published, m.publishedAt = r, m.clock.Now()
 }
 
 // parseReport is the report a ConfigMap holds; nil when none can be read.
@@ -351,32 +365,51 @@ func parseReport(b string) *Report {
 	return r
 }
 
-// sameReport reports whether a and b say the same, when published apart.
-func sameReport(a, b *Report) bool {
-	return a != nil && b != nil && bytes.Equal(reportJSON(a, false), reportJSON(b, false))
+// publishedReport is what a report says, for comparing it with the next
+// one: its JSON without what changes at every publish (observedAt), and
+// without the client progress too.
+type publishedReport struct {
+	whole, withoutProgress []byte
 }
 
-// progressOnlyReport reports whether a and b differ in the client progress
+// publishedOf is r, to compare; nil for nil.
+func publishedOf(r *Report) *publishedReport {
+	if r == nil {
+		return nil
+	}
+	return &publishedReport{whole: reportJSON(r, false), withoutProgress: reportJSON(r, true)}
+}
+
+// same reports whether a and b say the same, when published apart.
+func (a *publishedReport) same(b *publishedReport) bool {
+	return a != nil && b != nil && bytes.Equal(a.whole, b.whole)
+}
+
+// progressOnly reports whether a and b differ in the client progress
 // alone: the counts, and the summary line that tells them.
-func progressOnlyReport(a, b *Report) bool {
-	return a != nil && b != nil && bytes.Equal(reportJSON(a, true), reportJSON(b, true))
+func (a *publishedReport) progressOnly(b *publishedReport) bool {
+	return a != nil && b != nil && bytes.Equal(a.withoutProgress, b.withoutProgress)
 }
 
 // reportJSON is r without what changes at every publish (observedAt) and,
-// withoutProgress, without the client counts.
+// withoutProgress, without the client counts. r is not changed: what is
+// left out is left out of shallow copies.
 func reportJSON(r *Report, withoutProgress bool) []byte {
-	c := r.copy()
+	c := *r
 	c.ObservedAt, c.PollInterval = nil, ""
 	if withoutProgress {
 		c.Clients = nil
+		c.Roots = slices.Clone(c.Roots)
 		for i := range c.Roots {
 			c.Roots[i].Clients = nil
 		}
 		if c.Next != nil {
-			c.Next.Summary = ""
+			next := *c.Next
+			next.Summary = ""
+			c.Next = &next
 		}
 	}
-	b, _ := json.Marshal(c)
+	b, _ := json.Marshal(&c)
 	return b
 }
 
@@ -419,13 +452,39 @@ func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root 
 }
 
 // publishStatus publishes the report of a reconcile that brought the
-// gateway in step, and returns how soon a deferred publish wants the next
-// reconcile (0: no sooner than otherwise). A failure is logged and tried
-// again at the next reconcile: the status never holds the gateway back.
+// gateway in step: handed over to the publisher, unless the decision may
+// have consumed a promote, which is removed at once with the report (see
+// statusPublisher). It returns how soon a deferred publish of its own
+// wants the next reconcile (0: no sooner than otherwise). A failure is
+// logged and tried again with the next report: the status never holds the
+// gateway back.
 func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
 	if r.status == nil || p.rootFP == "" {
 		return 0
 	}
+	kept := p.decision.State.Promote != ""
+	if r.publisher == nil || r.status.promoteSet() || kept {
+		done, err := r.publishNow(ctx, r.reportOf(p, now), kept)
+		if err != nil {
+			logf.FromContext(ctx).Error(err, "publishing status")
+			return 0
+		}
+		return done.deferred
+	}
+	r.publisher.offer(func() *Report { return r.reportOf(p, now) })
+	return 0
+}
+
+// publishNow publishes rep in the reconcile that made it.
+func (r *Reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bool) (published, error) {
+	if r.publisher != nil {
+		return r.publisher.now(ctx, rep, promoteKept)
+	}
+	return r.status.publish(ctx, rep, promoteKept)
+}
+
+// reportOf is the report of pass p, as of now.
+func (r *Reconciler) reportOf(p pass, now time.Time) *Report {
 	var clients *bundle.Clients
 	if r.clients != nil {
 		clients = &p.clients
@@ -441,12 +500,7 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 	for _, in := range p.written.foreign {
 		rep.Attention = append(rep.Attention, "the gateway reads what dualca does not own, left as found: "+in.what)
 	}
-	done, err := r.status.publish(ctx, rep, p.decision.State.Promote != "")
-	if err != nil {
-		logf.FromContext(ctx).Error(err, "publishing status")
-		return 0
-	}
-	return done.deferred
+	return rep
 }
 
 // publishInvalidRoot publishes that the root Secret is not usable, when err
@@ -461,12 +515,12 @@ func (r *Reconciler) publishInvalidRoot(ctx context.Context, err error) {
 		logf.FromContext(ctx).Error(err, "publishing status")
 		return
 	}
-	last := m.published
-	if last == nil && m.read != nil {
-		last = parseReport(m.read.Data[StatusKey])
+	var last *Report
+	if read := m.read.Load(); read != nil {
+		last = parseReport(read.Data[StatusKey])
 	}
 	rep := invalidRootReport(last, m.gateway, m.rootKey, invalid.Error())
-	if _, err := m.publish(ctx, rep, true); err != nil {
+	if _, err := r.publishNow(ctx, rep, true); err != nil {
 		logf.FromContext(ctx).Error(err, "publishing status")
 	}
 }

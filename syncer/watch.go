@@ -3,7 +3,6 @@ package syncer
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -113,8 +112,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		}).
 		WatchesRawSource(kick{req: r.request()})
 	if watch {
-		b = b.WatchesRawSource(source.Kind(c.root, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()), named[*corev1.Secret](r.store.rootKey),
-			counted[*corev1.Secret](&r.rootEvents)))
+		b = b.WatchesRawSource(source.Kind(c.root, &corev1.Secret{}, oneWorkItem[*corev1.Secret](r.request()), named[*corev1.Secret](r.store.rootKey)))
 		for i, t := range r.store.targets {
 			b = b.WatchesRawSource(targetSource(c.targets[i], t, r.request()))
 		}
@@ -154,15 +152,6 @@ func targetSource(c cache.Cache, t *targetState, req reconcile.Request) source.T
 func named[T client.Object](key types.NamespacedName) predicate.TypedPredicate[T] {
 	return predicate.NewTypedPredicateFuncs(func(o T) bool {
 		return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
-	})
-}
-
-// counted lets every event through and counts it in n: placed after the
-// other predicates, it counts the events that queue a reconcile.
-func counted[T client.Object](n *atomic.Uint64) predicate.TypedPredicate[T] {
-	return predicate.NewTypedPredicateFuncs(func(T) bool {
-		n.Add(1)
-		return true
 	})
 }
 
