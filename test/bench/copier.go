@@ -25,7 +25,14 @@ import (
 // and PUTs its tls.crt, tls.key and ca.crt into the target Secret. No
 // cache, no validation, no rate limit: what carrying a change costs the API
 // server and its watches, and nothing else.
+//
+// The roots' floor runs it with --from-event (the event's Secret is
+// written, no GET: dualca reads the root from its cache) and --pad-to (a
+// "padding" key fills the target's data to the gateway Secret's size).
 const copierCommand = "copier"
+
+// paddingKey is the target's key that --pad-to fills.
+const paddingKey = "padding"
 
 func runCopier(args []string) error {
 	fs := flag.NewFlagSet(copierCommand, flag.ContinueOnError)
@@ -33,6 +40,8 @@ func runCopier(args []string) error {
 	namespace := fs.String("namespace", "", "namespace of both Secrets")
 	root := fs.String("root", rootName, "the Secret copied")
 	target := fs.String("target", copierTarget, "the Secret written")
+	fromEvent := fs.Bool("from-event", false, "write the Secret the watch event carries instead of reading it again")
+	padTo := fs.Int("pad-to", 0, "fill the target's data to this many bytes with a key "+paddingKey)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,9 +71,9 @@ func runCopier(args []string) error {
 		return err
 	}
 	defer rw.Stop()
-	c := &copier{cs: cs, namespace: *namespace, root: *root, target: *target}
+	c := &copier{cs: cs, namespace: *namespace, root: *root, target: *target, padTo: *padTo}
 	if len(list.Items) > 0 {
-		c.copy(ctx)
+		c.copy(ctx, nil)
 	}
 	fmt.Println("ready")
 	for {
@@ -75,9 +84,14 @@ func runCopier(args []string) error {
 			if !ok {
 				return errors.New("the root's watch ended")
 			}
-			if e.Type == watch.Added || e.Type == watch.Modified {
-				c.copy(ctx)
+			if e.Type != watch.Added && e.Type != watch.Modified {
+				continue
 			}
+			var from *corev1.Secret
+			if *fromEvent {
+				from, _ = e.Object.(*corev1.Secret)
+			}
+			c.copy(ctx, from)
 		}
 	}
 }
@@ -85,24 +99,39 @@ func runCopier(args []string) error {
 type copier struct {
 	cs                      kubernetes.Interface
 	namespace, root, target string
+	padTo                   int
 }
 
-// copy reads the root and writes the target; a failure is printed and the
-// next event tries again.
-func (c *copier) copy(ctx context.Context) {
+// copy writes the target from root, read first when nil; a failure is
+// printed and the next event tries again.
+func (c *copier) copy(ctx context.Context, root *corev1.Secret) {
 	secrets := c.cs.CoreV1().Secrets(c.namespace)
-	root, err := secrets.Get(ctx, c.root, metav1.GetOptions{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reading the root:", err)
-		return
+	if root == nil {
+		var err error
+		if root, err = secrets.Get(ctx, c.root, metav1.GetOptions{}); err != nil {
+			fmt.Fprintln(os.Stderr, "reading the root:", err)
+			return
+		}
 	}
 	t := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.target, Namespace: c.namespace}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: root.Data[corev1.TLSCertKey], corev1.TLSPrivateKeyKey: root.Data[corev1.TLSPrivateKeyKey], "ca.crt": root.Data["ca.crt"]}}
-	_, err = secrets.Update(ctx, t, metav1.UpdateOptions{})
+	if pad := c.padTo - dataBytes(t.Data); pad > 0 {
+		t.Data[paddingKey] = make([]byte, pad)
+	}
+	_, err := secrets.Update(ctx, t, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = secrets.Create(ctx, t, metav1.CreateOptions{})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "writing the target:", err)
 	}
+}
+
+// dataBytes is the size of a Secret's data, its values' bytes.
+func dataBytes(data map[string][]byte) int {
+	n := 0
+	for _, v := range data {
+		n += len(v)
+	}
+	return n
 }

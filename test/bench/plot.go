@@ -135,7 +135,7 @@ func (r *report) rootsPlot() (*plot.Plot, error) {
 	p.Title.Text = "dualca propagation against roots in the bundle"
 	p.X.Label.Text = "roots in ca.crt"
 	p.Y.Label.Text = "milliseconds"
-	if err := plotutil.AddLinePoints(p, "p99", p99, "p50", p50, "floor p99 (a PUT of that size)", floor); err != nil {
+	if err := plotutil.AddLinePoints(p, "p99", p99, "p50", p50, "floor p99 (a copier writing that size)", floor); err != nil {
 		return nil, err
 	}
 	p.Y.Min = 0

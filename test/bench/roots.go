@@ -32,8 +32,10 @@ import (
 // and a fifth after the last ones' roots expired, when each dualca has
 // woken to find its root expired (told once, nothing written), so that no
 // write of its own lands on a measured one. Within a round the piles go
-// in a random order, each new root followed by its floor: the gateway
-// Secret's data written by the API server alone, timed the same way. A
+// in a random order, each new root followed by its floor (sameSizeFloor:
+// a trivial copier writing the gateway's size), timed from the same event:
+// the new root's PUT acknowledged, the same root put in the floor's own
+// source. A
 // size over the budget (bundle/budget.go: ca.crt within MaxPEMBytes) is
 // piled up to the most roots that fit, measured there, and then given
 // one root more, which the table shows refused.
@@ -50,6 +52,9 @@ func (b *bench) roots(ctx context.Context) error {
 	defer func() {
 		for _, pl := range piles {
 			pl.dualca.stop()
+			if pl.floor != nil {
+				pl.floor.copier.stop()
+			}
 		}
 	}()
 	for _, alg := range rootAlgorithms {
@@ -195,7 +200,7 @@ func (b *bench) pileUp(ctx context.Context, alg rootAlgorithm, size, rounds int,
 		piled, pl.last = append(piled, next.Cert), next
 	}
 	pl.point.fits = len(piled) + 1
-	pl.floor, err = newSameSizeFloor(ctx, w, &pl.point.floor, bundle.EncodedLen(piled)+one)
+	pl.floor, err = b.newSameSizeFloor(ctx, w, pl.last, &pl.point.floor, bundle.EncodedLen(piled)+one)
 	return pl, err
 }
 
@@ -235,7 +240,7 @@ func (b *bench) newRootRounds(ctx context.Context, piles []*rootsPile, rounds in
 			}
 			pl.point.roots, pl.point.chainBytes, pl.point.links = len(v.trusts), v.chainBytes, v.links
 			pause()
-			if err := pl.floor.write(ctx, &pl.point.floor); err != nil {
+			if err := pl.floor.write(ctx, &pl.point.floor, root); err != nil {
 				return fmt.Errorf("%s, %d roots, the floor: %w", pl.alg.name, pl.point.size, err)
 			}
 		}
@@ -317,67 +322,71 @@ func rotateTo(ctx context.Context, w *world, gw *secretWatch, root *certs.CA) (t
 	return v.at.Sub(acked), v, err
 }
 
-// floorName is the Secret of the roots' floor (see sameSizeFloor).
-const floorName = "roots-floor"
+// floorSource and floorTarget are the Secrets of the roots' floor (see
+// sameSizeFloor).
+const (
+	floorSource = "roots-floor-source"
+	floorTarget = "roots-floor"
+)
 
-// sameSizeFloor is what the API server alone costs to store and deliver a
-// gateway Secret of the size the bundle has when a new root enters, the
-// least any system that writes it pays: the gateway's data, its ca.crt
-// padded to that size, copied into a Secret of its own, then written in
-// full (a new annotation each time), each write timed from the start of
-// the PUT to its watch event.
+// sameSizeFloor is the least any system that writes the gateway Secret
+// pays for a new root, timed from the same event as dualca's sample: a
+// trivial copier (the copier command, its own process) watches a Secret of
+// its own, and at each event writes the Secret the event carries into its
+// target, filled to the gateway's data at the size the bundle has when a
+// new root enters, with no read (dualca reads the root from its cache), no
+// check and no rate limit. Each write of the floor puts the round's new
+// root into the source, as the root Secret was given it, and is timed from
+// that PUT's return to the watch event of the target carrying it: the PUT
+// acknowledged, a watch event to a process, a PUT of the gateway's size, its
+// watch event, as for dualca, without dualca's work.
 type sameSizeFloor struct {
 	secrets typedcorev1.SecretInterface
-	target  *corev1.Secret
-	watch   *secretWatch
-	writes  int
+	source  *corev1.Secret // as last written
+	target  *secretWatch
+	copier  *process
 }
 
-// newSameSizeFloor copies the world's gateway Secret into the floor's,
-// its ca.crt padded to caBytes, and records its size in pt.
-func newSameSizeFloor(ctx context.Context, w *world, pt *floorPoint, caBytes int) (*sameSizeFloor, error) {
-	secrets := w.b.cs.CoreV1().Secrets(w.ns)
+// newSameSizeFloor starts the floor in the world's namespace on root: its
+// copier fills its target to the world's gateway data with ca.crt at
+// caBytes, a size it records in pt.
+func (b *bench) newSameSizeFloor(ctx context.Context, w *world, root *certs.CA, pt *floorPoint, caBytes int) (*sameSizeFloor, error) {
+	secrets := b.cs.CoreV1().Secrets(w.ns)
 	gateway, err := secrets.Get(ctx, gatewayName, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	data := gateway.Data
-	if pad := caBytes - len(data["ca.crt"]); pad > 0 {
-		data["ca.crt"] = append(data["ca.crt"], make([]byte, pad)...)
-	}
-	pt.bytes = 0
-	for _, v := range data {
-		pt.bytes += len(v)
-	}
-	target, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: floorName}, Type: corev1.SecretTypeOpaque, Data: data}, metav1.CreateOptions{})
-	if err != nil {
+	pt.bytes = dataBytes(gateway.Data) - len(gateway.Data["ca.crt"]) + max(caBytes, len(gateway.Data["ca.crt"]))
+	f := &sameSizeFloor{secrets: secrets}
+	if _, err := writeCA(ctx, secrets, floorSource, &f.source, root); err != nil {
 		return nil, err
 	}
-	watch, err := w.watchSecret(ctx, floorName)
-	if err != nil {
+	if f.target, err = w.watchSecret(ctx, floorTarget); err != nil {
 		return nil, err
 	}
-	return &sameSizeFloor{secrets: secrets, target: target, watch: watch}, nil
+	if f.copier, err = startCopying(w.ns, b.cluster.Kubeconfig, floorSource, floorTarget, "--from-event", "--pad-to="+strconv.Itoa(pt.bytes)); err != nil {
+		return nil, err
+	}
+	if _, err := f.target.trustingWhile(ctx, f.copier, 0, root.Cert); err != nil {
+		f.copier.stop()
+		return nil, fmt.Errorf("the floor's first copy: %w", err)
+	}
+	return f, nil
 }
 
-// write writes the floor's Secret once and adds its propagation to pt.
-func (f *sameSizeFloor) write(ctx context.Context, pt *floorPoint) error {
-	mark := f.watch.mark()
-	next := f.target.DeepCopy()
-	f.writes++
-	metav1.SetMetaDataAnnotation(&next.ObjectMeta, "bench.dualca.io/write", strconv.Itoa(f.writes))
-	began := time.Now()
-	target, err := f.secrets.Update(ctx, next, metav1.UpdateOptions{})
+// write gives the floor's source root and adds its propagation to the
+// target to pt.
+func (f *sameSizeFloor) write(ctx context.Context, pt *floorPoint, root *certs.CA) error {
+	mark := f.target.mark()
+	acked, err := writeCA(ctx, f.secrets, floorSource, &f.source, root)
 	if err != nil {
 		return err
 	}
-	f.target = target
-	rv := target.ResourceVersion
-	v, err := f.watch.waitFor(ctx, mark, time.Minute, "the floor's write "+rv, func(v version) bool { return v.rv == rv })
+	v, err := f.target.trustingWhile(ctx, f.copier, mark, root.Cert)
 	if err != nil {
 		return err
 	}
-	pt.samples = append(pt.samples, v.at.Sub(began))
+	pt.samples = append(pt.samples, v.at.Sub(acked))
 	return nil
 }
 
@@ -504,8 +513,11 @@ func (r *report) writeRoots(p func(string, ...any)) {
 	p("is written into a bundle of exactly the size. Each is timed from its PUT's return to the gateway Secret's watch")
 	p("event naming it current. The rounds start %s after the last round's roots expired (a dualca wakes a second", roundStart)
 	p("after, finds its root expired, and writes nothing), the piles in a new random order each round, each new root")
-	p("followed by its floor: the API server alone writing a Secret of the gateway's size (its data, `ca.crt` at the size")
-	p("the new root makes), timed the same way. A pile the round has no time left for (its root would expire before it")
+	p("followed by its floor: the same root written into a Secret of the floor's own, which a trivial copier (its own")
+	p("process, a watch of that Secret, no read, no check, no rate limit) writes at each watch event into a Secret of the")
+	p("gateway's size (its data with `ca.crt` at the size the new root makes, the rest as a padding key), timed from the")
+	p("same event as dualca's sample: from the source's PUT's return to the watch event of the copier's Secret carrying")
+	p("the root. A pile the round has no time left for (its root would expire before it")
 	p("is measured) skips it: *late*. CPU is each dualca's user and system time over the rounds, from `/proc`, per new")
 	p("root (it includes the wake at the root's expiry).")
 	p("A size over the budget (`ca.crt` within %d bytes, docs/rotation.md) is piled up to the most roots that fit and", bundle.MaxPEMBytes)

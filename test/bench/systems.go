@@ -148,12 +148,18 @@ func (b *bench) installTrustManagerCRDs() error {
 
 // startCopier runs the floor: the benchmark binary's copier command.
 func (b *bench) startCopier(w *world, kubeconfig string) (*process, error) {
+	return startCopying(w.ns, kubeconfig, rootName, copierTarget)
+}
+
+// startCopying runs the copier command from Secret source to Secret
+// target of namespace ns, with extra flags.
+func startCopying(ns, kubeconfig, source, target string, extra ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return startProcess(systemCopier, self, copierCommand, "--kubeconfig="+kubeconfig,
-		"--namespace="+w.ns, "--root="+rootName, "--target="+copierTarget)
+	args := append([]string{copierCommand, "--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--root=" + source, "--target=" + target}, extra...)
+	return startProcess(systemCopier, self, args...)
 }
 
 // tool is a binary of the repository's bin.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -78,20 +79,29 @@ func newRoots(n int) ([]*certs.CA, error) {
 // writeRoot creates or replaces the root Secret with ca and returns the
 // moment the API server acknowledged the write (the call returned).
 func (w *world) writeRoot(ctx context.Context, ca *certs.CA) (time.Time, error) {
+	return writeCA(ctx, w.b.cs.CoreV1().Secrets(w.ns), rootName, &w.root, ca)
+}
+
+// writeCA creates the Secret name holding ca as a root Secret holds it,
+// or replaces *last, its version last written, and keeps the version
+// written in *last. It returns the moment the API server acknowledged the
+// write (the call returned).
+func writeCA(ctx context.Context, secrets typedcorev1.SecretInterface, name string, last **corev1.Secret, ca *certs.CA) (time.Time, error) {
 	data := map[string][]byte{corev1.TLSCertKey: ca.CertPEM, corev1.TLSPrivateKeyKey: ca.KeyPEM, "ca.crt": ca.CertPEM}
-	secrets := w.b.cs.CoreV1().Secrets(w.ns)
+	var written *corev1.Secret
 	var err error
-	if w.root == nil {
-		w.root, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: rootName}, Type: corev1.SecretTypeTLS, Data: data}, metav1.CreateOptions{})
+	if *last == nil {
+		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: corev1.SecretTypeTLS, Data: data}, metav1.CreateOptions{})
 	} else {
-		next := w.root.DeepCopy()
+		next := (*last).DeepCopy()
 		next.Data = data
-		w.root, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+		written, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	acked := time.Now()
 	if err != nil {
-		return acked, fmt.Errorf("writing the root: %w", err)
+		return acked, fmt.Errorf("writing %s: %w", name, err)
 	}
+	*last = written
 	return acked, nil
 }
 
