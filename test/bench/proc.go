@@ -56,6 +56,11 @@ const serverNames = "--server-ip-addresses=127.0.0.1"
 // kubeconfig, with its default logging (info, JSON), args added, and a
 // metrics endpoint and readiness probe of its own.
 func (b *bench) startDualca(kubeconfig string, args ...string) (*process, error) {
+	return b.startDualcaIn(nil, kubeconfig, args...)
+}
+
+// startDualcaIn is startDualca inside the memory cgroup cg, none when nil.
+func (b *bench) startDualcaIn(cg *memoryCgroup, kubeconfig string, args ...string) (*process, error) {
 	metrics, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, err
@@ -66,7 +71,11 @@ func (b *bench) startDualca(kubeconfig string, args ...string) (*process, error)
 	}
 	all := append([]string{"--kubeconfig=" + kubeconfig, "--metrics-bind-address=" + metrics,
 		"--health-probe-bind-address=" + probes, serverNames}, args...)
-	p, err := startProcess(systemDualca, b.dualca, all...)
+	path := b.dualca
+	if cg != nil {
+		path, all = cg.wrap(path, all)
+	}
+	p, err := startProcess(systemDualca, path, all...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/sizing"
 )
 
 // report is everything measured, written as docs/benchmarks.md. Every
@@ -43,9 +44,13 @@ type report struct {
 	pollEvery   time.Duration
 	scale       []scalePoint
 	scaleBase   int64 // the resident set of a dualca selecting no client
-	touches     int
-	cmFanout    []fanoutResult
-	cmFloor     []fanoutResult // the same fan-outs triggered by a trivial loop
+	// claim is the largest size the chart's README claims and its limit;
+	// claimErr why it could not be read.
+	claim    sizing.Row
+	claimErr string
+	touches  int
+	cmFanout []fanoutResult
+	cmFloor  []fanoutResult // the same fan-outs triggered by a trivial loop
 
 	bundleCommand string
 	bundle        []benchResult
@@ -223,6 +228,7 @@ func (r *report) writeTargets(p func(string, ...any)) {
 	}
 	r.writeMemoryTarget(p)
 	r.writeScaleTarget(p)
+	r.writeSizingTarget(p)
 	r.writeRestTarget(p)
 	r.writeFanoutTarget(p)
 	if h, ok := r.handshakeOf(systemDualca); ok {
@@ -565,6 +571,7 @@ func (r *report) writeScale(p func(string, ...any)) {
 			p("The mean reconcile at rest, step by step: %s.", strings.Join(steps, "; "))
 		}
 	}
+	r.writeSizing(p)
 	for _, s := range r.scale {
 		if s.orphans > 0 {
 			p("")

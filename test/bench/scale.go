@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/sizing"
 )
 
 // scale measures how dualca's cost grows with the selected clients: for
@@ -22,6 +27,11 @@ import (
 // measured again.
 func (b *bench) scale(ctx context.Context) error {
 	b.report.touches = b.opts.touches
+	if claim, err := sizing.Claim(b.root); err != nil {
+		b.report.claimErr = err.Error()
+	} else {
+		b.report.claim = claim
+	}
 	base, err := b.scalePoint(ctx, 0, false)
 	if err != nil {
 		return fmt.Errorf("no clients: %w", err)
@@ -47,9 +57,19 @@ func (b *bench) scale(ctx context.Context) error {
 // scaleQPS is dualca's --renewal-qps in the scale runs.
 const scaleQPS = 500
 
-func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scalePoint, error) {
+// scalePoint measures n clients. At the chart's largest claimed size its
+// dualca runs in a memory cgroup of the chart's limit for that size (see
+// limitCheck).
+func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt scalePoint, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var cg *memoryCgroup
+	if claim := b.report.claim; n > 0 && claim.Clients == n {
+		if cg, err = newMemoryCgroup(fmt.Sprintf("dualca-bench-%d-%d", os.Getpid(), n), claim.Limit); err != nil {
+			return scalePoint{clients: n, check: &limitCheck{limit: claim.Limit, err: err.Error()}}, err
+		}
+		defer func() { pt.check = finishCheck(pt.check, cg, err) }()
+	}
 	roots, err := newRoots(2)
 	if err != nil {
 		return scalePoint{}, err
@@ -70,12 +90,12 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scaleP
 	args := []string{w.rootFlag(), w.gatewayFlag(), "--client-selector=" + clientLabel + "=agent", "--client-namespaces=" + w.ns,
 		fmt.Sprintf("--renewal-qps=%d", scaleQPS), "--trust-propagation-delay=100ms", "--server-switch-grace=1h",
 		"--poll-interval=" + b.opts.poll.String()}
-	p, firstSync, err := b.startSynced(ctx, args)
+	p, firstSync, err := b.startSynced(ctx, cg, args)
 	if err != nil {
-		return scalePoint{}, err
+		return scalePoint{clients: n}, err
 	}
 	defer p.stop()
-	pt := scalePoint{clients: n, firstSync: firstSync}
+	pt = scalePoint{clients: n, firstSync: firstSync}
 	if pt.rss, err = settledRSS(ctx, p); err != nil {
 		return pt, err
 	}
@@ -106,14 +126,66 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (scaleP
 	if pt.peakRSS, err = p.peakRSS(); err != nil {
 		return pt, err
 	}
-	pt.afterRSS, err = settledRSS(ctx, p)
-	return pt, err
+	if pt.afterRSS, err = settledRSS(ctx, p); err != nil {
+		return pt, err
+	}
+	if cg != nil {
+		pt.check = b.limitHeld(ctx, p, gw, roots[1].Cert)
+	}
+	return pt, nil
+}
+
+// limitCheck is the chart's memory limit at the largest size it claims:
+// that scale point's dualca runs in a memory cgroup whose limit is the
+// chart's (its README's table, whose largest row values.yaml's default
+// limit is), reads it for its GOMEMLIMIT as in a container, and goes
+// through the point's renewal fan-out. It held if the kernel killed
+// nothing in the group, the process is alive and ready, and the gateway
+// names the new root.
+type limitCheck struct {
+	limit                int64
+	alive, ready, inSync bool
+	stats                cgroupStats
+	// err is what failed, "" when nothing did.
+	err string
+}
+
+func (c *limitCheck) held() bool {
+	return c != nil && c.err == "" && c.alive && c.ready && c.inSync && c.stats.oomKills == 0 && c.stats.underOOM == 0
+}
+
+// limitHeld reads, after the fan-out, whether dualca p is alive and ready
+// and its gateway names root.
+func (b *bench) limitHeld(ctx context.Context, p *process, gw *secretWatch, root *x509.Certificate) *limitCheck {
+	c := &limitCheck{alive: p.alive() == nil, ready: p.ready(ctx)}
+	if vs := gw.since(0); len(vs) > 0 {
+		c.inSync = vs[len(vs)-1].state.Root == bundle.Fingerprint(root)
+	}
+	return c
+}
+
+// finishCheck completes the check once the point's dualca has stopped:
+// the group's figures, what failed, the group removed.
+func finishCheck(c *limitCheck, cg *memoryCgroup, failed error) *limitCheck {
+	if c == nil {
+		c = &limitCheck{}
+	}
+	c.limit = cg.limit
+	var err error
+	c.stats, err = cg.stats()
+	if failed != nil {
+		c.err = failed.Error()
+	} else if err != nil {
+		c.err = err.Error()
+	}
+	_ = cg.remove()
+	return c
 }
 
 // startSynced starts dualca and waits for its readiness probe, which
 // answers once the first reconcile has written the gateway.
-func (b *bench) startSynced(ctx context.Context, args []string) (*process, time.Duration, error) {
-	p, err := b.startDualca(b.cluster.Kubeconfig, args...)
+func (b *bench) startSynced(ctx context.Context, cg *memoryCgroup, args []string) (*process, time.Duration, error) {
+	p, err := b.startDualcaIn(cg, b.cluster.Kubeconfig, args...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -186,7 +258,7 @@ func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int6
 		}
 		withOrphans = append(withOrphans, a)
 	}
-	p, _, err := b.startSynced(ctx, withOrphans)
+	p, _, err := b.startSynced(ctx, nil, withOrphans)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -214,4 +286,6 @@ type scalePoint struct {
 	// client added, and a fresh dualca's memory then.
 	orphans   int
 	orphanRSS int64
+	// check is the chart's limit checked at this size, nil elsewhere.
+	check *limitCheck
 }
