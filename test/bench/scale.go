@@ -48,6 +48,10 @@ func (b *bench) scale(ctx context.Context) error {
 			return fmt.Errorf("%d clients: %w", n, err)
 		}
 		b.report.scale = append(b.report.scale, pt)
+		if c := pt.check; c != nil {
+			b.log("scale %d clients in a memory cgroup of %s (the chart's limit): highest charge %s, failcnt %d, OOM kills %d, alive %t, ready %t, gateway on the new root %t",
+				n, mib(c.limit), mib(c.stats.maxUsage), c.stats.failcnt, c.stats.oomKills, c.alive, c.ready, c.inSync)
+		}
 		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s",
 			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal)
 	}
