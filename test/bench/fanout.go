@@ -132,7 +132,11 @@ func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p 
 		return fanoutResult{}, err
 	}
 	ideal := time.Duration(float64(n) / qps * float64(time.Second))
-	if err := triggered.waitAll(ctx, n, 2*ideal+time.Minute); err != nil {
+	// A bound for a stuck fan-out, not the target (the report judges the
+	// time against the ideal): on a machine busy with other work, 10,000
+	// clients at 500/s (ideal 20 s) were seen to take over 100 s, and the
+	// point's memory, read after the fan-out, was lost with it.
+	if err := triggered.waitAll(ctx, n, fanoutBound(ideal)); err != nil {
 		scrape, _ := p.scrape(ctx)
 		return fanoutResult{}, fmt.Errorf("%w; dualca's renewals: %s\n%s", err, strings.Join(metricLines(scrape, "dualca_renewals_total"), ", "), tailOf(p.log.String(), 10))
 	}
@@ -142,6 +146,10 @@ func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p 
 	return fanoutResult{clients: n, qps: qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
 		peakRate: r.peak, meanRate: r.mean(first, last)}, nil
 }
+
+// fanoutBound is how long a fan-out of ideal length may take before the
+// benchmark calls it stuck.
+func fanoutBound(ideal time.Duration) time.Duration { return 4*ideal + 2*time.Minute }
 
 // issuingWatch records when each Certificate first had Issuing=True.
 type issuingWatch struct {
