@@ -127,10 +127,12 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 		return pt, err
 	}
 	pt.churn, pt.churnWindow = quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), time.Since(churnBegan)
-	if pt.peakRSS, err = p.peakRSS(); err != nil {
+	if pt.afterRSS, err = settledRSS(ctx, p); err != nil {
 		return pt, err
 	}
-	if pt.afterRSS, err = settledRSS(ctx, p); err != nil {
+	// The highest resident set, read last: the settled one after the
+	// fan-out was seen above the peak read at the fan-out's end.
+	if pt.peakRSS, err = p.peakRSS(); err != nil {
 		return pt, err
 	}
 	if cg != nil {

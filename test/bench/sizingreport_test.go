@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/dualca/dualca/test/controlplane"
 	"github.com/dualca/dualca/test/sizing"
 )
 
@@ -43,4 +44,16 @@ func TestSizingReport(t *testing.T) {
 	g.Expect(killed.held()).To(BeFalse())
 	var none *limitCheck
 	g.Expect(none.held()).To(BeFalse())
+}
+
+// make bench checks the chart's claim: its scale sizes hold the largest
+// the chart's README claims.
+func TestTheRunChecksTheChartsClaim(t *testing.T) {
+	g := NewWithT(t)
+	claim, err := sizing.Claim(controlplane.TestRepoRoot(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(claim.Clients).To(Equal(chartClaim))
+	var o options
+	o.defaults()
+	g.Expect(o.scale).To(ContainElement(claim.Clients))
 }

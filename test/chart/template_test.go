@@ -23,6 +23,7 @@ import (
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/sizing"
 )
 
 // The value sets the tests render; the release is "dualca" in namespace
@@ -462,8 +463,9 @@ func expectRestricted(g *WithT, d *appsv1.Deployment) {
 	g.Expect(c.ReadinessProbe).To(HaveField("HTTPGet.Path", "/readyz"))
 	g.Expect(c.ReadinessProbe).To(HaveField("HTTPGet.Port", intstr.FromString("dualca-health")))
 	g.Expect(c.Resources.Requests.Cpu().String()).To(Equal("10m"))
-	g.Expect(c.Resources.Requests.Memory().String()).To(Equal("64Mi"))
-	g.Expect(c.Resources.Limits.Memory().String()).To(Equal("256Mi"))
+	first, largest := chartSizing(g)
+	g.Expect(c.Resources.Requests.Memory().String()).To(Equal(sizing.Quantity(first.Request)))
+	g.Expect(c.Resources.Limits.Memory().String()).To(Equal(sizing.Quantity(largest.Limit)))
 }
 
 // find is the one object of kind.
