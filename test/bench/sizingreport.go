@@ -65,8 +65,8 @@ func (r *report) writeSizing(p func(string, ...any)) {
 	p("A line over every point above: a dualca selecting no client, plus per client the most any point cost over it at rest")
 	p("(before or after its fan-out: the request) and at its peak (the limit, with %.0f %% headroom: dualca keeps Go's heap", sizing.Headroom*100)
 	p("under 90 %% of the limit, and the per-client figures vary from run to run), each rounded up to %s. Sizes past", sizing.Quantity(sizing.Step))
-	p("%s clients, the largest measured here, are the line's extrapolation. The block below is what the chart's README", sizing.Count(largest))
-	p("and the project's README hold, for the sizes checked (test/chart checks that their table is this model's).")
+	p("%s clients, the largest measured here, are the line's extrapolation. The chart's README and the project's README", sizing.Count(largest))
+	p("hold such a block, with rows up to the largest size checked (test/chart checks that their rows are their model's).")
 	p("")
 	for _, l := range strings.Split(strings.TrimRight(m.Block(sizingSizes, fmt.Sprintf("by `%s` at commit `%s`", r.scaleCommand(), r.commit)), "\n"), "\n") {
 		p("%s", l)
@@ -109,6 +109,10 @@ func (r *report) writeLimitCheck(p func(string, ...any)) {
 		return
 	}
 	c := s.check
+	if c.unavailable != "" {
+		p("It could not be checked in this run: %s.", c.unavailable)
+		return
+	}
 	p("")
 	p("The %s-client point's dualca ran in a cgroup v1 memory group of its own whose `memory.limit_in_bytes` is the chart's", sizing.Count(s.clients))
 	p("%s, as a container runtime sets it, and set its GOMEMLIMIT from it (90 %%, %s); it went through the point's renewal", sizing.Quantity(c.limit), mib(softLimit(c.limit)))
@@ -148,6 +152,10 @@ func (r *report) writeSizingTarget(p func(string, ...any)) {
 		return
 	}
 	c := s.check
+	if c.unavailable != "" {
+		p("| the chart's memory limit holds the largest size its README claims | not checked in this run: %s | – |", c.unavailable)
+		return
+	}
 	p("| the chart's memory limit holds the largest size its README claims (%s clients, %s: no OOM kill, alive, ready, in sync after a renewal fan-out) | the group's highest charge %s (%.0f %%), %d OOM kills | %s |",
 		sizing.Count(s.clients), sizing.Quantity(c.limit), mib(c.stats.maxUsage), 100*float64(c.stats.maxUsage)/float64(c.limit), c.stats.oomKills, verdict(c.held()))
 }

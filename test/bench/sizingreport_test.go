@@ -44,6 +44,14 @@ func TestSizingReport(t *testing.T) {
 	g.Expect(killed.held()).To(BeFalse())
 	var none *limitCheck
 	g.Expect(none.held()).To(BeFalse())
+
+	r.scale[1].check = &limitCheck{limit: 400 * mb, unavailable: "no cgroup v1 memory controller"}
+	out.Reset()
+	r.writeSizing(func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") })
+	g.Expect(out.String()).To(ContainSubstring("It could not be checked in this run: no cgroup v1 memory controller."))
+	out.Reset()
+	r.writeSizingTarget(func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") })
+	g.Expect(out.String()).To(ContainSubstring("not checked in this run"))
 }
 
 // make bench checks the chart's claim: its scale sizes hold the largest
