@@ -113,13 +113,15 @@ func (s *setup) start(o syncer.Options) *dualca {
 }
 
 // startOnFirstRoot writes root-1, starts dualca and waits until the gateway
-// holds it: the starting point of most scenarios.
+// holds it and the reconcile that wrote it is done (its record, written
+// after the gateway, included): the starting point of most scenarios.
 func (s *setup) startOnFirstRoot(o syncer.Options) (*dualca, *certs.CA) {
 	s.t.Helper()
 	r1 := s.newRoot("root-1")
 	s.putRoot(r1)
 	d := s.start(o)
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-1"}))
+	s.g.Eventually(d.Synced).Should(BeTrue())
 	return d, r1
 }
 
