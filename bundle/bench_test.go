@@ -52,7 +52,7 @@ func newBenchWorld(b *testing.B, n int) *benchWorld {
 	w.clients = bundle.Clients{Tracked: true, Signatures: bundle.NewSignatures()}
 	for i := range n {
 		leaf := certs.MustNew(b, fmt.Sprintf("client-%d", i), testNow.Add(-time.Hour), testNow.Add(100*time.Hour), certs.Options{}, w.r1)
-		w.clients.Items = append(w.clients.Items, bundle.Client{Name: fmt.Sprintf("agents/client-%d", i), Leaf: leaf.Cert, CA: []*x509.Certificate{w.r1.Cert}})
+		w.clients.Items = append(w.clients.Items, bundle.Client{Name: fmt.Sprintf("agents/client-%d", i), Leaf: bundle.NewClientLeaf(leaf.Cert, []*x509.Certificate{w.r1.Cert}), CA: []*x509.Certificate{w.r1.Cert}})
 	}
 	steady := bundle.Plan(bundle.Gateway{}, root1, w.clients, w.timings, testNow)
 	w.gateway = written(steady)

@@ -26,7 +26,7 @@ func bondOf(sigs *Signatures, c *Client, root *x509.Certificate) bond {
 		return bond{unknown: true}
 	}
 	return bond{
-		chains: c.Leaf != nil && sigs.ChainsTo(c.Leaf, root),
+		chains: c.Leaf != nil && sigs.LeafChainsTo(c.Leaf, root),
 		trusts: slices.ContainsFunc(c.CA, func(ca *x509.Certificate) bool { return bytes.Equal(ca.Raw, root.Raw) }),
 	}
 }
@@ -35,7 +35,7 @@ func bondOf(sigs *Signatures, c *Client, root *x509.Certificate) bond {
 // unknown and may depend on it. An unknown client has no expiry to wait
 // for: the root itself expiring is what lets it go (retire.go).
 func (b bond) uses(c *Client, now time.Time) bool {
-	return b.unknown || b.chains && !now.After(c.Leaf.NotAfter)
+	return b.unknown || b.chains && !now.After(c.Leaf.NotAfter())
 }
 
 // on: the client uses the root and trusts it, so it will accept a server
@@ -73,9 +73,10 @@ type bonds struct {
 // would share a key, and so a bond: the unknown one would use no root, or
 // the missing one every root.
 type bondCerts struct {
-	leaf, ca *x509.Certificate
-	cas      int
-	unknown  bool
+	leaf    *ClientLeaf
+	ca      *x509.Certificate
+	cas     int
+	unknown bool
 }
 
 func certsOf(c *Client) bondCerts {

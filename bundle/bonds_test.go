@@ -24,12 +24,18 @@ func TestBondsFollowTheClients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 13))
 	roots := []*certs.CA{newRoot(t, "dualca root"), newRoot(t, "dualca root"), newRoot(t, "dualca root")}
 	// Leaves issued ahead of time, some expiring within the test's clock.
-	var leaves []*x509.Certificate
-	issuer := map[*x509.Certificate]int{}
+	// Half of them verified as read, half with their signature to check.
+	var leaves []*bundle.ClientLeaf
+	issuer := map[*bundle.ClientLeaf]int{}
 	for i := range 24 {
 		r := i % len(roots)
 		notAfter := testNow.Add(time.Duration(1+rng.IntN(20)) * time.Minute)
-		leaf := certs.MustNew(t, "agent", testNow.Add(-time.Hour), notAfter, certs.Options{}, roots[r]).Cert
+		cert := certs.MustNew(t, "agent", testNow.Add(-time.Hour), notAfter, certs.Options{}, roots[r]).Cert
+		var verifiers []*x509.Certificate
+		if i%2 == 0 {
+			verifiers = []*x509.Certificate{roots[r].Cert}
+		}
+		leaf := bundle.NewClientLeaf(cert, verifiers)
 		leaves = append(leaves, leaf)
 		issuer[leaf] = r
 	}
@@ -103,7 +109,7 @@ func TestBondsFollowTheClients(t *testing.T) {
 	// until it expires.
 	want := 0
 	for _, c := range items {
-		if r, ok := issuer[c.Leaf]; c.Unknown || ok && r == 0 && !now.After(c.Leaf.NotAfter) {
+		if r, ok := issuer[c.Leaf]; c.Unknown || ok && r == 0 && !now.After(c.Leaf.NotAfter()) {
 			want++
 		}
 	}

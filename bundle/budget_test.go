@@ -190,7 +190,7 @@ func TestARefusedPlanFitsOnceTheRootsInUseDo(t *testing.T) {
 	onR2 := newClient(t, "ns/a", f.r2, f.r2)
 	refused := bundle.Plan(gw, root, tracked(onR2), timings, testNow)
 	expectRefused(g, refused, gw, root)
-	g.Expect(refused.NextCheck).To(BeTemporally("==", onR2.Leaf.NotAfter.Add(time.Second)), "checked again when the leaf holding root-2 expires")
+	g.Expect(refused.NextCheck).To(BeTemporally("==", onR2.Leaf.NotAfter().Add(time.Second)), "checked again when the leaf holding root-2 expires")
 	again := bundle.Plan(gw, root, tracked(onR2), timings, testNow.Add(time.Second))
 	g.Expect(again.Events).To(Equal(refused.Events), "told again, the same")
 

@@ -1,8 +1,12 @@
 package bundle
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -12,9 +16,9 @@ import (
 type Client struct {
 	// Name identifies the client in messages, as NAMESPACE/NAME.
 	Name string
-	// Leaf is the certificate in the client's tls.crt; nil when the Secret
-	// is missing or unreadable.
-	Leaf *x509.Certificate
+	// Leaf is what dualca keeps of the certificate in the client's
+	// tls.crt; nil when the Secret is missing or unreadable.
+	Leaf *ClientLeaf
 	// CA is the client's ca.crt: the roots it verifies the server with.
 	CA []*x509.Certificate
 	// Failed says the last renewal of this client failed.
@@ -112,9 +116,9 @@ const ReasonClientInvalid = "ClientInvalid"
 // A client with a problem is never a reason to trust anything: the leaf
 // and roots returned are only what parsed cleanly. It is ParseClientCA
 // then ParseClientLeaf, for a caller that parses each client on its own.
-func ParseClient(tlsCrt, caCrt []byte) (leaf *x509.Certificate, ca []*x509.Certificate, problem string) {
+func ParseClient(tlsCrt, caCrt []byte) (leaf *ClientLeaf, ca []*x509.Certificate, problem string) {
 	ca, caProblem := ParseClientCA(caCrt)
-	leaf, leafProblem := ParseClientLeaf(nil, tlsCrt, ca)
+	leaf, leafProblem := ParseClientLeaf(tlsCrt, ca)
 	if leaf == nil || caProblem == "" {
 		return leaf, ca, leafProblem // tls.crt's own problem comes first
 	}
@@ -139,15 +143,9 @@ func ParseClientCA(caCrt []byte) (ca []*x509.Certificate, problem string) {
 }
 
 // ParseClientLeaf reads a client's tls.crt against its parsed ca.crt (nil
-// when unusable): the leaf, and what is wrong with it. The signature check
-// against ca goes through sigs (nil: checked afresh), so that the
-// decisions that ask the same of the same leaf later find it done.
-//
-// The leaf returned is not the whole parse: it holds what a decision reads
-// of a client's leaf (its DER and the raw parts within it, its signature,
-// its validity) and none of the parsed names, extensions and key, about
-// half of a parsed certificate's memory, kept for every selected client.
-func ParseClientLeaf(sigs *Signatures, tlsCrt []byte, ca []*x509.Certificate) (*x509.Certificate, string) {
+// when unusable): the leaf, its signature checked against ca, and what is
+// wrong with it.
+func ParseClientLeaf(tlsCrt []byte, ca []*x509.Certificate) (*ClientLeaf, string) {
 	certs, err := ParseCertificates("tls.crt", tlsCrt)
 	switch {
 	case err != nil:
@@ -155,36 +153,85 @@ func ParseClientLeaf(sigs *Signatures, tlsCrt []byte, ca []*x509.Certificate) (*
 	case certs[0].IsCA:
 		return nil, "tls.crt: holds a CA certificate, not a client certificate"
 	}
-	leaf := clientLeaf(certs[0])
-	for _, c := range ca {
-		if sigs.ChainsTo(leaf, c) {
-			return leaf, ""
-		}
+	leaf := NewClientLeaf(certs[0], ca)
+	switch {
+	case ca == nil || leaf.Verified() || slices.ContainsFunc(ca, func(c *x509.Certificate) bool { return leaf.Is(c) }):
+		return leaf, ""
 	}
-	if ca != nil {
-		return leaf, "tls.crt: not issued by any certificate of ca.crt"
-	}
-	return leaf, ""
+	return leaf, "tls.crt: not issued by any certificate of ca.crt"
 }
 
-// clientLeaf is what the decisions read of a client's leaf: its DER, the
-// raw parts Signatures and bonds compare and hash (they share the DER's
-// memory), the signature CheckSignatureFrom verifies, and its validity.
-// Anything else a decision reads of a client's leaf must be added here.
-func clientLeaf(c *x509.Certificate) *x509.Certificate {
-	return &x509.Certificate{
-		Raw:                     c.Raw,
-		RawTBSCertificate:       c.RawTBSCertificate,
-		RawSubjectPublicKeyInfo: c.RawSubjectPublicKeyInfo,
-		RawSubject:              c.RawSubject,
-		RawIssuer:               c.RawIssuer,
-		Signature:               c.Signature,
-		SignatureAlgorithm:      c.SignatureAlgorithm,
-		PublicKeyAlgorithm:      c.PublicKeyAlgorithm,
-		Version:                 c.Version,
-		NotBefore:               c.NotBefore,
-		NotAfter:                c.NotAfter,
-		BasicConstraintsValid:   c.BasicConstraintsValid,
-		IsCA:                    c.IsCA,
+// ClientLeaf is what dualca keeps of a client's leaf: what the decisions
+// read of it, a tenth of the memory of the parsed certificate (2 KB with
+// its DER), kept for every selected client. Its identity and its issuer's
+// are digests; of its signature it keeps only the key that verified it,
+// when one did as it was read (its own ca.crt's root, for a client as
+// cert-manager issues it): the signature then verifies under a root of
+// the same key and no other (see Signatures), so the signed bytes are of
+// no more use. A leaf no key verified keeps them, to be checked against
+// the roots asked about. Anything else a decision reads of a client's
+// leaf must be added here. It is never modified once made, so it may be
+// shared.
+type ClientLeaf struct {
+	sum    [sha256.Size]byte // of the DER: the leaf's identity
+	issuer [sha256.Size]byte // of the raw issuer name
+	// verifier is the digest of the SubjectPublicKeyInfo of the key that
+	// verified the signature; unset while unverified is not nil.
+	verifier   [sha256.Size]byte
+	notAfter   time.Time
+	unverified *signedPart
+}
+
+// signedPart is what CheckSignatureFrom reads of the certificate it checks.
+type signedPart struct {
+	tbs, signature []byte
+	algorithm      x509.SignatureAlgorithm
+}
+
+// NewClientLeaf returns what dualca keeps of leaf (nil for nil), its
+// signature checked against verifiers in turn until one, naming it as the
+// issuer, verifies it: a client's ca.crt, whose root normally issued its
+// leaf.
+func NewClientLeaf(leaf *x509.Certificate, verifiers []*x509.Certificate) *ClientLeaf {
+	if leaf == nil {
+		return nil
 	}
+	l := &ClientLeaf{sum: sha256.Sum256(leaf.Raw), issuer: sha256.Sum256(leaf.RawIssuer), notAfter: leaf.NotAfter}
+	for _, v := range verifiers {
+		if v != nil && bytes.Equal(leaf.RawIssuer, v.RawSubject) && leaf.CheckSignatureFrom(v) == nil {
+			l.verifier = sha256.Sum256(v.RawSubjectPublicKeyInfo)
+			return l
+		}
+	}
+	l.unverified = &signedPart{tbs: leaf.RawTBSCertificate, signature: leaf.Signature, algorithm: leaf.SignatureAlgorithm}
+	return l
+}
+
+// NotAfter is the end of the leaf's validity.
+func (l *ClientLeaf) NotAfter() time.Time { return l.notAfter }
+
+// Fingerprint is the leaf's Fingerprint.
+func (l *ClientLeaf) Fingerprint() string { return hex.EncodeToString(l.sum[:]) }
+
+// Is reports whether c is the certificate l was made from (same bytes).
+func (l *ClientLeaf) Is(c *x509.Certificate) bool {
+	return l != nil && c != nil && l.sum == sha256.Sum256(c.Raw)
+}
+
+// Verified reports whether a key verified the leaf's signature as it was
+// read: it then keeps none of its signed bytes.
+func (l *ClientLeaf) Verified() bool { return l.unverified == nil }
+
+// canSign reports whether CheckSignatureFrom lets root's key verify a
+// signature at all: its constraints (a CA, allowed to sign certificates)
+// and a known key algorithm. A signature verified under a key verifies
+// under a root of the same key exactly when this holds.
+func canSign(root *x509.Certificate) bool {
+	switch {
+	case root.Version == 3 && !root.BasicConstraintsValid || root.BasicConstraintsValid && !root.IsCA:
+		return false
+	case root.KeyUsage != 0 && root.KeyUsage&x509.KeyUsageCertSign == 0:
+		return false
+	}
+	return root.PublicKeyAlgorithm != x509.UnknownPublicKeyAlgorithm
 }

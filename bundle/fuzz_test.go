@@ -481,9 +481,12 @@ func certsOf(data []byte) []*x509.Certificate {
 // as dualca lived it, a foreign CA, two clients and the tokens that stand for
 // their PEM and fingerprints in the fuzz inputs.
 type planFuzzWorld struct {
-	r1, r2       *certs.CA
-	roots        map[bool]*bundle.Root // by "the current root is root-1"
-	onR1, onR2   *x509.Certificate     // client leaves, issued by root-1 and root-2
+	r1, r2     *certs.CA
+	roots      map[bool]*bundle.Root // by "the current root is root-1"
+	onR1, onR2 *bundle.ClientLeaf    // client leaves, issued by root-1 and root-2, verified as read
+	// failedOnR1 is onR1 as read against no ca.crt: with its signature
+	// still to check, against each root asked about.
+	failedOnR1   *bundle.ClientLeaf
 	tokens       []planFuzzToken
 	fingerprints map[string]string // fingerprint to token name, for messages
 	seeds        []planFuzzSeed
@@ -542,7 +545,9 @@ func newPlanFuzzWorld(f *testing.F) *planFuzzWorld {
 	leaf := func(issuer *certs.CA) *x509.Certificate {
 		return certs.MustNew(f, "ns/client", testNow.Add(-time.Hour), testNow.Add(2*time.Hour), certs.Options{}, issuer).Cert
 	}
-	w.onR1, w.onR2 = leaf(w.r1), leaf(w.r2)
+	onR1 := leaf(w.r1)
+	w.onR1, w.onR2 = bundle.NewClientLeaf(onR1, []*x509.Certificate{w.r1.Cert}), bundle.NewClientLeaf(leaf(w.r2), []*x509.Certificate{w.r2.Cert})
+	w.failedOnR1 = bundle.NewClientLeaf(onR1, nil)
 
 	// The rotation, step by step, as the syncer would write it.
 	const (
@@ -747,7 +752,7 @@ func (w *planFuzzWorld) expand(certPEM, keyPEM, caPEM []byte, annotations string
 		}
 	}
 	if clients.Tracked {
-		client("ns/a", world>>2&3, bundle.Client{Leaf: w.onR1, CA: []*x509.Certificate{w.r1.Cert}, Failed: true})
+		client("ns/a", world>>2&3, bundle.Client{Leaf: w.failedOnR1, CA: []*x509.Certificate{w.r1.Cert}, Failed: true})
 		client("ns/b", world>>4&3, bundle.Client{})
 	}
 	root = w.roots[world&planRootIsR1 != 0]

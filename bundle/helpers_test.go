@@ -70,10 +70,13 @@ func newFixture(t *testing.T) *fixture {
 func newClient(t *testing.T, name string, issuer *certs.CA, trusts ...*certs.CA) bundle.Client {
 	t.Helper()
 	leaf := certs.MustNew(t, name, testNow.Add(-30*time.Minute), testNow.Add(2*time.Hour), certs.Options{}, issuer)
-	c := bundle.Client{Name: name, Leaf: leaf.Cert}
+	c := bundle.Client{Name: name}
 	for _, r := range trusts {
 		c.CA = append(c.CA, r.Cert)
 	}
+	// Read against its ca.crt, as the syncer reads it: verified when
+	// issuer is among trusts, else with its signature to check.
+	c.Leaf = bundle.NewClientLeaf(leaf.Cert, c.CA)
 	return c
 }
 

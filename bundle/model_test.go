@@ -25,8 +25,12 @@ import (
 // docs/design.md is checked after every step.
 
 type modelClient struct {
-	name      string
-	leaf      *x509.Certificate
+	name string
+	leaf *x509.Certificate
+	// read is what the view holds of leaf: read against ca, as the syncer
+	// reads it, or, one renewal in three, against no ca.crt, so that the
+	// decisions check its signature against the roots themselves.
+	read      *bundle.ClientLeaf
 	ca        []*x509.Certificate
 	requested bool // a renewal was triggered and not completed yet
 	broken    bool // its issuer cannot issue: renewals fail
@@ -220,6 +224,10 @@ func (m *model) issue(c *modelClient) {
 		m.t.Fatal(err)
 	}
 	c.leaf, c.ca, c.requested, c.failed = leaf, []*x509.Certificate{issuer.Cert}, false, false
+	c.read = bundle.NewClientLeaf(leaf, c.ca)
+	if m.renewals%3 == 0 {
+		c.read = bundle.NewClientLeaf(leaf, nil)
+	}
 	m.renewals++
 	if c.hidden {
 		// The new revision's CertificateRequest is one dualca sees.
@@ -240,7 +248,7 @@ func (m *model) clientView() bundle.Clients {
 			cs.Items = append(cs.Items, bundle.Client{Name: c.name, Unknown: true, Failed: c.failed})
 			continue
 		}
-		cs.Items = append(cs.Items, bundle.Client{Name: c.name, Leaf: c.leaf, CA: c.ca, Failed: c.failed})
+		cs.Items = append(cs.Items, bundle.Client{Name: c.name, Leaf: c.read, CA: c.ca, Failed: c.failed})
 	}
 	return cs
 }

@@ -86,7 +86,7 @@ func upcoming(st State, server *x509.Certificate, cred *server, kept []*x509.Cer
 		var first time.Time
 		for _, c := range clients.Items {
 			if c.Leaf != nil {
-				if at := c.Leaf.NotAfter.Add(time.Second); at.After(now) && (first.IsZero() || at.Before(first)) {
+				if at := c.Leaf.NotAfter().Add(time.Second); at.After(now) && (first.IsZero() || at.Before(first)) {
 					first = at
 				}
 			}

@@ -38,7 +38,7 @@ func pileUp(tb testing.TB, n, clients int, life time.Duration) (bundle.Gateway, 
 	cl := bundle.Clients{Tracked: true, Signatures: bundle.NewSignatures()}
 	stuck := func(name string, r *certs.CA) {
 		leaf := certs.MustNew(tb, "client", r.Cert.NotBefore, testNow.Add(100*time.Hour), certs.Options{}, r)
-		cl.Items = append(cl.Items, bundle.Client{Name: name, Leaf: leaf.Cert, CA: []*x509.Certificate{r.Cert}})
+		cl.Items = append(cl.Items, bundle.Client{Name: name, Leaf: bundle.NewClientLeaf(leaf.Cert, []*x509.Certificate{r.Cert}), CA: []*x509.Certificate{r.Cert}})
 	}
 	for i := range clients {
 		stuck(fmt.Sprintf("agents/client-%d", i), cas[0])

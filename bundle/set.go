@@ -100,10 +100,11 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 // with the same key is still checked.
 //
 // And it remembers the digest of the certificates it was asked about, by
-// address: the gateway's roots and cross-certificates (see Parsed) and the
-// clients' leaves are the same values from one reconcile to the next, and
-// hashing each again for every pair was most of what a reconcile at rest
-// cost once the signatures were remembered.
+// address: the gateway's roots and cross-certificates (see Parsed) are the
+// same values from one reconcile to the next, and hashing each again for
+// every pair was most of what a reconcile at rest cost once the signatures
+// were remembered. A client's leaf (ClientLeaf) carries its own digests,
+// and one verified as it was read needs no check at all (LeafChainsTo).
 type Signatures struct {
 	mu      sync.Mutex
 	gen     uint64 // the generation (see Advance)
@@ -124,10 +125,14 @@ type Signatures struct {
 }
 
 // certDigest is what Signatures hashes of a certificate: the SHA-256 of
-// its Raw and of its RawSubjectPublicKeyInfo.
+// its Raw, of its RawSubjectPublicKeyInfo and of its RawSubject.
 type certDigest struct {
-	raw, key [sha256.Size]byte
-	fp       string // Fingerprint, once asked for
+	raw, key, subject [sha256.Size]byte
+	fp                string // Fingerprint, once asked for
+}
+
+func digestOf(c *x509.Certificate) certDigest {
+	return certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo), subject: sha256.Sum256(c.RawSubject)}
 }
 
 // maxDigests bounds the certificates whose digests a Signatures keeps (and
@@ -184,14 +189,66 @@ func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 	return s.verify(leaf, root)
 }
 
+// LeafChainsTo is ChainsTo for a client's leaf: it is root itself, or root
+// named it as its issuer and root's key verifies its signature. A leaf
+// verified as it was read is answered from the key that verified it, with
+// no signature check; an unverified one is checked, and remembered as
+// ChainsTo remembers.
+func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool {
+	if leaf == nil || root == nil {
+		return false
+	}
+	var d certDigest
+	if s == nil {
+		d = digestOf(root)
+	} else {
+		s.mu.Lock()
+		d = *s.digest(root)
+		s.mu.Unlock()
+	}
+	switch {
+	case leaf.sum == d.raw:
+		return true
+	case leaf.issuer != d.subject:
+		return false
+	case leaf.unverified == nil:
+		return leaf.verifier == d.key && canSign(root)
+	}
+	check := func() bool {
+		u := leaf.unverified
+		return (&x509.Certificate{RawTBSCertificate: u.tbs, Signature: u.signature, SignatureAlgorithm: u.algorithm}).CheckSignatureFrom(root) == nil
+	}
+	if s == nil {
+		return check()
+	}
+	key := [2][sha256.Size]byte{leaf.sum, d.raw}
+	s.mu.Lock()
+	if v := s.seen.get(key, s.gen); v != nil {
+		s.mu.Unlock()
+		return *v
+	}
+	signedBy := d.key
+	if v := s.signer.get(leaf.sum, s.gen); v != nil {
+		signedBy = *v
+	}
+	s.mu.Unlock()
+	ok := signedBy == d.key && check()
+	s.mu.Lock()
+	s.seen.put(key, ok, s.gen, maxSignatures)
+	if ok {
+		s.signer.put(leaf.sum, d.key, s.gen, maxSignatures)
+	}
+	s.mu.Unlock()
+	return ok
+}
+
 // digest returns c's digests, computed once per address. The caller holds
 // s.mu.
 func (s *Signatures) digest(c *x509.Certificate) *certDigest {
 	if d := s.digests.get(c, s.gen); d != nil {
 		return d
 	}
-	d := certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo)}
-	return s.digests.put(c, d, s.gen, maxDigests)
+	return s.digests.put(c, digestOf(c), s.gen, maxDigests)
 }
 
 // fingerprint is Fingerprint, remembered by address; a nil s remembers

@@ -53,7 +53,7 @@ func TestPlanTreatsAnUnknownClientFailSafe(t *testing.T) {
 			wantRootAddedAt: testNow.Add(-h),
 			wantSwitchedAt:  testNow.Add(-50 * time.Minute),
 			// Nothing but a leaf expiring changes this by time alone.
-			wantNextCheck: onR2.Leaf.NotAfter.Add(time.Second),
+			wantNextCheck: onR2.Leaf.NotAfter().Add(time.Second),
 		},
 		"the same old root is retired once the client is back in view on the new root": {
 			gw:         switched(list(f.r2, f.r1), -50*time.Minute),

@@ -179,7 +179,8 @@ func TestPlanMarksTheClientsOfOldRootsForDeletion(t *testing.T) {
 	r2 := lgCA(t, "root-2", -time.Hour, 20*time.Hour)
 	leaf := func(issuer *certs.CA, name string) bundle.Client {
 		l := certs.MustNew(t, name, lgNow.Add(-time.Hour), lgNow.Add(time.Hour), certs.Options{}, issuer)
-		return bundle.Client{Name: name, Leaf: l.Cert, CA: []*x509.Certificate{issuer.Cert}}
+		ca := []*x509.Certificate{issuer.Cert}
+		return bundle.Client{Name: name, Leaf: bundle.NewClientLeaf(l.Cert, ca), CA: ca}
 	}
 	clients := bundle.Clients{Tracked: true, Items: []bundle.Client{
 		leaf(r1, "ns/old-b"), leaf(r2, "ns/renewed"), leaf(r1, "ns/old-a"),
@@ -203,7 +204,8 @@ func TestPlanNeverDeletesWhatItCannotSee(t *testing.T) {
 	r2 := lgCA(t, "root-2", -time.Hour, 20*time.Hour)
 	leaf := func(issuer *certs.CA, name string) bundle.Client {
 		l := certs.MustNew(t, name, lgNow.Add(-time.Hour), lgNow.Add(time.Hour), certs.Options{}, issuer)
-		return bundle.Client{Name: name, Leaf: l.Cert, CA: []*x509.Certificate{issuer.Cert}}
+		ca := []*x509.Certificate{issuer.Cert}
+		return bundle.Client{Name: name, Leaf: bundle.NewClientLeaf(l.Cert, ca), CA: ca}
 	}
 	unknown := func(c bundle.Client) bundle.Client { c.Unknown = true; return c }
 	tests := map[string]struct {

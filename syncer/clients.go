@@ -252,10 +252,6 @@ type clientTracker struct {
 	index *clientIndex
 	last  *clientRead
 
-	// signatures, when set, checks each leaf against its ca.crt for the
-	// decisions that ask the same later (the reconciler's).
-	signatures *bundle.Signatures
-
 	mu sync.Mutex
 	// held is the credential each Certificate (by UID) held when its
 	// current request was last seen.
@@ -270,7 +266,7 @@ type clientTracker struct {
 
 // parsedLeaf is a request's leaf as ParseClientLeaf read it.
 type parsedLeaf struct {
-	leaf    *x509.Certificate
+	leaf    *bundle.ClientLeaf
 	problem string
 }
 
@@ -358,7 +354,7 @@ type heldCredential struct {
 	rv      string
 	sum     [sha256.Size]byte
 	caSum   [sha256.Size]byte // of the request's status.ca alone: the key of cas
-	leaf    *x509.Certificate
+	leaf    *bundle.ClientLeaf
 	ca      []*x509.Certificate
 	problem string
 }
@@ -556,7 +552,7 @@ func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claims map[cla
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, cr := range todo {
 		g.Go(func() error {
-			leaves[i].leaf, leaves[i].problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, cas[i].certs)
+			leaves[i].leaf, leaves[i].problem = bundle.ParseClientLeaf(cr.Status.Certificate, cas[i].certs)
 			return nil
 		})
 	}
@@ -634,7 +630,7 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 	if l, ok := ahead[cr]; ok {
 		h.leaf, h.problem = l.leaf, l.problem
 	} else {
-		h.leaf, h.problem = bundle.ParseClientLeaf(t.signatures, cr.Status.Certificate, ca.certs)
+		h.leaf, h.problem = bundle.ParseClientLeaf(cr.Status.Certificate, ca.certs)
 	}
 	if h.leaf != nil && ca.problem != "" {
 		h.problem = ca.problem // tls.crt's own problem first, then ca.crt's

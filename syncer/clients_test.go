@@ -148,7 +148,7 @@ func TestAWatchedTrackerReadsWhatItWasToldAndOnlyAfterAChange(t *testing.T) {
 	renewed, _, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(renewed.Items).To(HaveLen(1))
-	g.Expect(renewed.Items[0].Leaf.Equal(leaf2)).To(BeTrue(), "the read after the events sees the renewed leaf")
+	g.Expect(renewed.Items[0].Leaf.Is(leaf2)).To(BeTrue(), "the read after the events sees the renewed leaf")
 
 	// The Certificate is deleted: no client, nothing remembered of it.
 	tracker.changed(crt2, true)
@@ -258,7 +258,7 @@ func TestTheTrackerBelievesOnlyTheCertificatesOwnRequest(t *testing.T) {
 				g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
 				if tc.want.leaf {
 					g.Expect(c.Leaf).NotTo(BeNil())
-					g.Expect(c.Leaf.Equal(leaf)).To(BeTrue())
+					g.Expect(c.Leaf.Is(leaf)).To(BeTrue())
 					g.Expect(c.CA).To(HaveLen(1))
 					g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
 				} else {
@@ -296,7 +296,7 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 
 	cs, _, err := tracker.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
+	g.Expect(cs.Items[0].Leaf.Is(leaf)).To(BeTrue())
 
 	// The renewal is under way: revision 2's request exists, unissued,
 	// and revision 1's is collected.
@@ -306,7 +306,7 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeFalse())
 	g.Expect(cs.Items[0].Leaf).NotTo(BeNil(), "revision 1 is still what the client loads")
-	g.Expect(cs.Items[0].Leaf.Equal(leaf)).To(BeTrue())
+	g.Expect(cs.Items[0].Leaf.Is(leaf)).To(BeTrue())
 	g.Expect(views["agents/agent"].request).To(BeNil())
 
 	restarted := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
@@ -401,7 +401,6 @@ func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
 		return cs
 	}
 	many, _, _ := newTracker(g, objs...)
-	many.signatures = bundle.NewSignatures()
 	all := read(many)
 	g.Expect(all.Items).To(HaveLen(n))
 	byName := map[string]bundle.Client{}
@@ -414,10 +413,13 @@ func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
 		case 3:
 			g.Expect(c.On(r1.Cert, now)).To(BeFalse(), "its ca.crt does not trust r1")
 			g.Expect(c.Uses(r1.Cert, now)).To(BeTrue())
+			g.Expect(c.Leaf.Verified()).To(BeFalse(), "no root of its ca.crt verified it: its signature is kept")
 		case 5:
 			g.Expect(c.Leaf).To(BeNil())
 		default:
 			g.Expect(c.On(r1.Cert, now)).To(BeTrue(), c.Name)
+			g.Expect(c.Leaf.Verified()).To(BeTrue(), "verified by its ca.crt as it was read: no signed bytes kept")
+			g.Expect(c.Uses(r2.Cert, now)).To(BeFalse(), "a root of its name and another key")
 		}
 	}
 	g.Expect(many.cas).To(HaveLen(2), "r1's ca.crt parsed once, r2's once")
@@ -440,7 +442,7 @@ func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
 		want := byName[cs.Items[0].Name]
 		g.Expect(cs.Items[0].Leaf == nil).To(Equal(want.Leaf == nil))
 		if want.Leaf != nil {
-			g.Expect(cs.Items[0].Leaf.Equal(want.Leaf)).To(BeTrue())
+			g.Expect(*cs.Items[0].Leaf).To(Equal(*want.Leaf), "the same as read in many")
 		}
 		for uid, h := range one.held {
 			g.Expect(h.problem).To(Equal(problems[string(uid)]), cs.Items[0].Name)

@@ -199,7 +199,7 @@ func TestChangingWhatSelectsAClientOnlyChangesWhichAreTracked(t *testing.T) {
 			g.Expect(names(cs)).To(ConsistOf("agents/b"), "a is no client any more")
 			g.Expect(tracker.held).To(HaveLen(1), "and not remembered")
 			g.Expect(tracker.held).To(HaveKey(b.UID))
-			g.Expect(cs.Items[0].Leaf.Equal(leafB)).To(BeTrue(), "b's own leaf")
+			g.Expect(cs.Items[0].Leaf.Is(leafB)).To(BeTrue(), "b's own leaf")
 
 			// a comes back after its request was collected: unknown, fail-safe.
 			g.Expect(store.Delete(ctx, reqA)).To(Succeed())

@@ -50,7 +50,7 @@ func newRotation(t *testing.T) *rotation {
 		t.Fatal(err)
 	}
 	r := &rotation{now: now, r1: root(ca1), r2: root(ca2),
-		clients: bundle.Clients{Tracked: true, Items: []bundle.Client{{Name: "ns/agent", Leaf: leaf, CA: []*x509.Certificate{ca1.Cert}}}},
+		clients: bundle.Clients{Tracked: true, Items: []bundle.Client{{Name: "ns/agent", Leaf: bundle.NewClientLeaf(leaf, []*x509.Certificate{ca1.Cert}), CA: []*x509.Certificate{ca1.Cert}}}},
 		timings: bundle.Timings{TrustPropagationDelay: time.Minute, ServerSwitchGrace: time.Hour},
 		gateway: types.NamespacedName{Namespace: "agents", Name: "gw"}, rootK: types.NamespacedName{Namespace: "cm", Name: "root"}}
 	r.steady = bundle.Plan(bundle.Gateway{}, r.r1, r.clients, r.timings, now.Add(-time.Hour))

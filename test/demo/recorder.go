@@ -124,7 +124,7 @@ func (r *recorder) seen(obj any, deleted bool) {
 		delete(r.clients, s.Name)
 		if !deleted {
 			ca, _ := bundle.ParseCertificates("ca.crt", s.Data["ca.crt"])
-			r.clients[s.Name] = bundle.Client{Name: s.Name, Leaf: firstCert(s, corev1.TLSCertKey), CA: ca}
+			r.clients[s.Name] = bundle.Client{Name: s.Name, Leaf: bundle.NewClientLeaf(firstCert(s, corev1.TLSCertKey), ca), CA: ca}
 		}
 	default:
 		return
