@@ -1,12 +1,10 @@
 package bundle
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -144,8 +142,19 @@ func ParseClientCA(caCrt []byte) (ca []*x509.Certificate, problem string) {
 
 // ParseClientLeaf reads a client's tls.crt against its parsed ca.crt (nil
 // when unusable): the leaf, its signature checked against ca, and what is
-// wrong with it.
+// wrong with it. It is ReadClientLeaf then VerifiedBy.
 func ParseClientLeaf(tlsCrt []byte, ca []*x509.Certificate) (*ClientLeaf, string) {
+	leaf, problem := ReadClientLeaf(tlsCrt)
+	if leaf == nil {
+		return nil, problem
+	}
+	return leaf.VerifiedBy(ca)
+}
+
+// ReadClientLeaf reads a client's tls.crt alone: the leaf, its signature
+// still to check (VerifiedBy), and what is wrong with it; nil when tls.crt
+// is unusable.
+func ReadClientLeaf(tlsCrt []byte) (*ClientLeaf, string) {
 	certs, err := ParseCertificates("tls.crt", tlsCrt)
 	switch {
 	case err != nil:
@@ -153,12 +162,36 @@ func ParseClientLeaf(tlsCrt []byte, ca []*x509.Certificate) (*ClientLeaf, string
 	case certs[0].IsCA:
 		return nil, "tls.crt: holds a CA certificate, not a client certificate"
 	}
-	leaf := NewClientLeaf(certs[0], ca)
-	switch {
-	case ca == nil || leaf.Verified() || slices.ContainsFunc(ca, func(c *x509.Certificate) bool { return leaf.Is(c) }):
-		return leaf, ""
+	return NewClientLeaf(certs[0], nil), ""
+}
+
+// VerifiedBy returns l read against a client's parsed ca.crt (nil when
+// unusable): verified by the first root of ca that, naming it as its
+// issuer, verifies its signature (a new ClientLeaf, keeping no signed
+// bytes; l itself is not modified), and what is wrong with it: "" when ca
+// holds such a root, or l itself, or is nil.
+func (l *ClientLeaf) VerifiedBy(ca []*x509.Certificate) (*ClientLeaf, string) {
+	issued := false
+	for _, c := range ca {
+		switch {
+		case c == nil:
+		case l.sum == sha256.Sum256(c.Raw):
+			issued = true
+		case l.issuer != sha256.Sum256(c.RawSubject):
+		case l.unverified == nil:
+			if l.verifier == sha256.Sum256(c.RawSubjectPublicKeyInfo) && canSign(c) {
+				return l, ""
+			}
+		case l.unverified.verifiedBy(c):
+			v := *l
+			v.verifier, v.unverified = sha256.Sum256(c.RawSubjectPublicKeyInfo), nil
+			return &v, ""
+		}
 	}
-	return leaf, "tls.crt: not issued by any certificate of ca.crt"
+	if issued || ca == nil {
+		return l, ""
+	}
+	return l, "tls.crt: not issued by any certificate of ca.crt"
 }
 
 // ClientLeaf is what dualca keeps of a client's leaf: what the decisions
@@ -188,6 +221,12 @@ type signedPart struct {
 	algorithm      x509.SignatureAlgorithm
 }
 
+// verifiedBy reports whether root's key verifies the signature, as
+// CheckSignatureFrom does (root's constraints too).
+func (p *signedPart) verifiedBy(root *x509.Certificate) bool {
+	return (&x509.Certificate{RawTBSCertificate: p.tbs, Signature: p.signature, SignatureAlgorithm: p.algorithm}).CheckSignatureFrom(root) == nil
+}
+
 // NewClientLeaf returns what dualca keeps of leaf (nil for nil), its
 // signature checked against verifiers in turn until one, naming it as the
 // issuer, verifies it: a client's ca.crt, whose root normally issued its
@@ -196,14 +235,9 @@ func NewClientLeaf(leaf *x509.Certificate, verifiers []*x509.Certificate) *Clien
 	if leaf == nil {
 		return nil
 	}
-	l := &ClientLeaf{sum: sha256.Sum256(leaf.Raw), issuer: sha256.Sum256(leaf.RawIssuer), notAfter: leaf.NotAfter}
-	for _, v := range verifiers {
-		if v != nil && bytes.Equal(leaf.RawIssuer, v.RawSubject) && leaf.CheckSignatureFrom(v) == nil {
-			l.verifier = sha256.Sum256(v.RawSubjectPublicKeyInfo)
-			return l
-		}
-	}
-	l.unverified = &signedPart{tbs: leaf.RawTBSCertificate, signature: leaf.Signature, algorithm: leaf.SignatureAlgorithm}
+	l := &ClientLeaf{sum: sha256.Sum256(leaf.Raw), issuer: sha256.Sum256(leaf.RawIssuer), notAfter: leaf.NotAfter,
+		unverified: &signedPart{tbs: leaf.RawTBSCertificate, signature: leaf.Signature, algorithm: leaf.SignatureAlgorithm}}
+	l, _ = l.VerifiedBy(verifiers)
 	return l
 }
 

@@ -214,12 +214,8 @@ func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool
 	case leaf.unverified == nil:
 		return leaf.verifier == d.key && canSign(root)
 	}
-	check := func() bool {
-		u := leaf.unverified
-		return (&x509.Certificate{RawTBSCertificate: u.tbs, Signature: u.signature, SignatureAlgorithm: u.algorithm}).CheckSignatureFrom(root) == nil
-	}
 	if s == nil {
-		return check()
+		return leaf.unverified.verifiedBy(root)
 	}
 	key := [2][sha256.Size]byte{leaf.sum, d.raw}
 	s.mu.Lock()
@@ -232,7 +228,7 @@ func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool
 		signedBy = *v
 	}
 	s.mu.Unlock()
-	ok := signedBy == d.key && check()
+	ok := signedBy == d.key && leaf.unverified.verifiedBy(root)
 	s.mu.Lock()
 	s.seen.put(key, ok, s.gen, maxSignatures)
 	if ok {

@@ -44,14 +44,16 @@ import (
 // Secret template's: both caches then hold every Certificate and request
 // of the client namespaces, and the tracker joins the requests to the
 // Certificates it selects by the UID of their controller. A transform
-// keeps nothing of a request but what identifies it and its two
-// certificates (the CSR, a kilobyte or more, is dropped), and, selecting
-// by issuer, not even the certificates of a request naming another
-// issuer. Memory therefore grows with the selected clients when a label
-// selects them, and with the client namespaces' Certificates and requests
-// otherwise: about 2 KB per request kept with its certificates, a few
-// hundred bytes per other one, and each Certificate as the API server
-// holds it.
+// keeps nothing of a request but what identifies it and its status.ca
+// (one copy per distinct value): the CSR, a kilobyte or more, is dropped,
+// and status.certificate is read as the request enters the cache into a
+// leaf of about 130 bytes once verified (requestLeaves,
+// bundle.ClientLeaf), and dropped; selecting by issuer, a request naming
+// another issuer keeps no certificate at all, nor does one that claims no
+// Certificate's revision. Memory therefore grows with the selected clients
+// when a label selects them, and with the client namespaces' Certificates
+// and requests otherwise: a few hundred bytes per request, and of each
+// Certificate what selects it and its status.
 //
 // A request is the client's only when it claims the Certificate by name
 // and revision and the Certificate controls it (owner reference by UID):
@@ -68,13 +70,17 @@ import (
 // CertificateRequests holds: those in the client namespaces, by the
 // Certificates' label selector when there is one, and of the requests only
 // their public certificates.
-func clientCacheOptions(o Options) cache.Options {
+//
+// With leaves, a request's status.certificate is read into leaves as it
+// enters the cache and the cached request keeps none of it (see
+// requestLeaves); nil, it keeps the PEM.
+func clientCacheOptions(o Options, leaves *requestLeaves) cache.Options {
 	namespaces := map[string]cache.Config{}
 	for _, ns := range o.ClientNamespaces {
 		namespaces[ns] = cache.Config{}
 	}
 	sel := o.Clients()
-	transform := requestCertificatesOnly(&sharedBytes{})
+	transform := requestCertificatesOnly(&sharedBytes{}, leaves)
 	if sel.Issuer != nil {
 		transform = requestOfIssuerOnly(*sel.Issuer, transform)
 	}
@@ -149,11 +155,11 @@ func requestOfIssuerOnly(issuer IssuerRef, certificatesOnly func(any) (any, erro
 			return obj, nil
 		}
 		ref := cr.Spec.IssuerRef
+		if !issuer.names(cr.Namespace, ref) {
+			cr.Status = cmapi.CertificateRequestStatus{} // before any is read
+		}
 		out, err := certificatesOnly(cr)
 		cr.Spec.IssuerRef = ref
-		if !issuer.names(cr.Namespace, ref) {
-			cr.Status = cmapi.CertificateRequestStatus{}
-		}
 		return out, err
 	}
 }
@@ -161,12 +167,21 @@ func requestOfIssuerOnly(issuer IssuerRef, certificatesOnly func(any) (any, erro
 // requestCertificatesOnly drops everything of a CertificateRequest but
 // what tells whose it is and its certificates: the CSR, the copied
 // annotations and the conditions are of no use to dualca. The requests of
-// one root carry the same status.ca, which cas keeps one copy of.
-func requestCertificatesOnly(cas *sharedBytes) func(any) (any, error) {
+// one root carry the same status.ca, which cas keeps one copy of. With
+// leaves, status.certificate is read into leaves and dropped; a request
+// that claims no revision of a Certificate (no controller, no revision)
+// is no client's, and its certificate is dropped unread.
+func requestCertificatesOnly(cas *sharedBytes, leaves *requestLeaves) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
 			return obj, nil
+		}
+		if leaves != nil && len(cr.Status.Certificate) > 0 {
+			if _, claims := claimOfRequest(cr); claims {
+				leaves.read(cr)
+			}
+			cr.Status.Certificate = nil
 		}
 		cr.ManagedFields = nil
 		annotations := map[string]string{}
@@ -214,6 +229,131 @@ func (s *sharedBytes) share(b []byte) []byte {
 	return b
 }
 
+// requestLeaves holds what the client cache's transform read of each
+// CertificateRequest's status.certificate, by the request's UID, so that
+// the cached request keeps no PEM (a kilobyte or more per client, the
+// certificate and its base64): the leaf as bundle.ReadClientLeaf reads it,
+// its signature still to check, and what is wrong with it. The tracker
+// checks the signature against the request's status.ca when the request
+// is a client's current one, and keeps the verified leaf here in place of
+// the one read, which lets its signed bytes go; an entry is the request's
+// only while its resourceVersion is the one read.
+//
+// A writer of requests in a client namespace gains nothing by it: a
+// request that claims no Certificate's revision is not read at all; a
+// claimant is read once per content (a new resourceVersion of the same
+// bytes is not read again), as the tracker read the claimant of a
+// selected client's revision at each change before; what is kept of it is
+// less than the PEM the cache kept (one leaf, none of tls.crt's chain, no
+// bytes of one that does not read, and an oversized one is refused by
+// ParseCertificates unread); and an entry leaves with its request (the
+// tracker forgets it at the delete event) or, should a delete be missed
+// (a request deleted while the watch was re-listing), at a sweep once
+// unseen in the cache for maxLeafAge.
+type requestLeaves struct {
+	mu    sync.Mutex
+	byUID map[types.UID]*requestLeaf
+}
+
+// requestLeaf is a request's status.certificate as read at resourceVersion
+// rv.
+type requestLeaf struct {
+	rv      string
+	sum     [sha256.Size]byte // of status.certificate
+	leaf    *bundle.ClientLeaf
+	problem string
+	// unseen is when a sweep first found the request gone from the
+	// cache's index; zero while it is there.
+	unseen time.Time
+}
+
+// maxLeafAge is how long an entry whose request the cache no longer holds
+// is kept: its request's delete event was missed, or its create event is
+// still on its way to the tracker.
+const maxLeafAge = 10 * time.Minute
+
+// read reads cr's status.certificate, unless it read the same bytes of
+// the same request before.
+func (l *requestLeaves) read(cr *cmapi.CertificateRequest) {
+	sum := sha256.Sum256(cr.Status.Certificate)
+	l.mu.Lock()
+	prev := l.byUID[cr.UID]
+	l.mu.Unlock()
+	e := &requestLeaf{rv: cr.ResourceVersion, sum: sum}
+	if prev != nil && prev.sum == sum {
+		e.leaf, e.problem = prev.leaf, prev.problem
+	} else {
+		e.leaf, e.problem = bundle.ReadClientLeaf(cr.Status.Certificate)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byUID == nil {
+		l.byUID = map[types.UID]*requestLeaf{}
+	}
+	l.byUID[cr.UID] = e
+}
+
+// of returns what was read of cr's status.certificate at its
+// resourceVersion; nil when nothing was.
+func (l *requestLeaves) of(cr *cmapi.CertificateRequest) *requestLeaf {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.byUID[cr.UID]; e != nil && e.rv == cr.ResourceVersion {
+		return e
+	}
+	return nil
+}
+
+// verified keeps leaf, e's leaf as verified against its request's ca.crt,
+// in its place.
+func (l *requestLeaves) verified(uid types.UID, e *requestLeaf, leaf *bundle.ClientLeaf) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byUID[uid] == e && e.leaf != leaf {
+		l.byUID[uid] = &requestLeaf{rv: e.rv, sum: e.sum, leaf: leaf, problem: e.problem}
+	}
+}
+
+// forget drops what was read of the request uid.
+func (l *requestLeaves) forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.byUID, uid)
+}
+
+// sweep drops the entries of requests that the cache (requests, as it
+// holds them now) has not held for maxLeafAge. It looks only once the
+// entries outnumber the cache's requests by minLeafSweep: at rest it
+// costs nothing.
+func (l *requestLeaves) sweep(requests []*cmapi.CertificateRequest, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.byUID) <= len(requests)+minLeafSweep {
+		return
+	}
+	cached := make(map[types.UID]bool, len(requests))
+	for _, cr := range requests {
+		cached[cr.UID] = true
+	}
+	for uid, e := range l.byUID {
+		switch {
+		case cached[uid]:
+			e.unseen = time.Time{}
+		case e.unseen.IsZero():
+			e.unseen = now
+		case now.Sub(e.unseen) > maxLeafAge:
+			delete(l.byUID, uid)
+		}
+	}
+}
+
+// minLeafSweep is how many entries beyond the cache's requests a sweep
+// waits for.
+const minLeafSweep = 256
+
 // clientView is one selected client as the reconciler saw it.
 type clientView struct {
 	cert *cmapi.Certificate
@@ -251,6 +391,13 @@ type clientTracker struct {
 	// fan-out over 10,000 clients).
 	index *clientIndex
 	last  *clientRead
+	// leaves, when set, holds what the client cache's transform read of
+	// the requests' status.certificate, which the cached requests no
+	// longer carry (see requestLeaves). A request that carries it (read
+	// from the API server, in `dualca status`) is read here.
+	leaves *requestLeaves
+	// now is the clock of the sweeps of leaves.
+	now func() time.Time
 
 	mu sync.Mutex
 	// held is the credential each Certificate (by UID) held when its
@@ -295,6 +442,9 @@ func (t *clientTracker) watched() *clientTracker {
 func (t *clientTracker) changed(obj client.Object, gone bool) {
 	if t.events == nil {
 		return
+	}
+	if _, ok := obj.(*cmapi.CertificateRequest); ok && gone && t.leaves != nil {
+		t.leaves.forget(obj.GetUID())
 	}
 	t.index.apply(obj, gone)
 	t.events.Add(1)
@@ -393,6 +543,17 @@ func claimOf(crt *cmapi.Certificate) claimKey {
 	return claimKey{namespace: crt.Namespace, owner: crt.UID, revision: *crt.Status.Revision}
 }
 
+// claimOfRequest is what cr claims; false when it claims nothing (no
+// controller, no revision): cert-manager made no such request.
+func claimOfRequest(cr *cmapi.CertificateRequest) (claimKey, bool) {
+	owner := metav1.GetControllerOfNoCopy(cr)
+	revision, err := strconv.Atoi(cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey])
+	if owner == nil || err != nil {
+		return claimKey{}, false
+	}
+	return claimKey{namespace: cr.Namespace, owner: owner.UID, revision: revision}, true
+}
+
 // claim is the request that made a claim, and how many made it.
 type claim struct {
 	request *cmapi.CertificateRequest
@@ -413,6 +574,13 @@ func (t *clientTracker) list(ctx context.Context) (bundle.Clients, map[string]cl
 		}
 	}
 	clients, views := t.clientsOf(certs, requests)
+	if t.index != nil && t.leaves != nil {
+		now := time.Now
+		if t.now != nil {
+			now = t.now
+		}
+		t.leaves.sweep(requests, now())
+	}
 	return clients, views, nil
 }
 
@@ -464,12 +632,10 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 	// at every client event of a fan-out.
 	claims := make(map[claimKey]claim, len(requests))
 	for _, cr := range requests {
-		owner := metav1.GetControllerOfNoCopy(cr)
-		revision, err := strconv.Atoi(cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey])
-		if owner == nil || err != nil {
+		k, ok := claimOfRequest(cr)
+		if !ok {
 			continue // cert-manager made no such request: no client's
 		}
-		k := claimKey{namespace: cr.Namespace, owner: owner.UID, revision: revision}
 		c := claims[k]
 		claims[k] = claim{request: cr, n: c.n + 1}
 	}
@@ -536,7 +702,7 @@ func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claims map[cla
 			continue
 		}
 		c := claims[claimOf(crt)]
-		if c.n == 1 && c.request.Annotations[cmapi.CertificateNameKey] == crt.Name && len(c.request.Status.Certificate) > 0 && !held[c.request.UID] {
+		if c.n == 1 && c.request.Annotations[cmapi.CertificateNameKey] == crt.Name && t.issued(c.request) && !held[c.request.UID] {
 			todo = append(todo, c.request)
 		}
 	}
@@ -552,7 +718,7 @@ func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claims map[cla
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i, cr := range todo {
 		g.Go(func() error {
-			leaves[i].leaf, leaves[i].problem = bundle.ParseClientLeaf(cr.Status.Certificate, cas[i].certs)
+			leaves[i] = t.leafOf(cr, cas[i].certs)
 			return nil
 		})
 	}
@@ -586,7 +752,7 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim, ahead map[*cmap
 		// Only cert-manager should create a second: whoever did can make
 		// either the client's, so neither is believed.
 		return nil, nil, fmt.Sprintf("%d certificate requests claim its revision %d", n, revision)
-	case n == 1 && len(ours.Status.Certificate) > 0:
+	case n == 1 && t.issued(ours):
 		if !had || h.request != ours.UID || h.revision != revision || ours.ResourceVersion == "" || h.rv != ours.ResourceVersion {
 			// Written only when the request changed: at rest, a read
 			// over thousands of clients writes nothing.
@@ -616,8 +782,9 @@ func (t *clientTracker) current(crt *cmapi.Certificate, c claim, ahead map[*cmap
 // caller holds t.mu.
 func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev heldCredential, had bool, ahead map[*cmapi.CertificateRequest]parsedLeaf) heldCredential {
 	caSum := sha256.Sum256(cr.Status.CA)
+	certSum := t.certificateSum(cr)
 	hash := sha256.New()
-	hash.Write(cr.Status.Certificate)
+	hash.Write(certSum[:])
 	hash.Write(caSum[:])
 	var sum [sha256.Size]byte
 	hash.Sum(sum[:0])
@@ -627,15 +794,48 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 	}
 	ca := t.caOf(caSum, cr.Status.CA)
 	h := heldCredential{revision: revision, request: cr.UID, rv: cr.ResourceVersion, sum: sum, caSum: caSum, ca: ca.certs}
-	if l, ok := ahead[cr]; ok {
-		h.leaf, h.problem = l.leaf, l.problem
-	} else {
-		h.leaf, h.problem = bundle.ParseClientLeaf(cr.Status.Certificate, ca.certs)
+	l, ok := ahead[cr]
+	if !ok {
+		l = t.leafOf(cr, ca.certs)
 	}
+	h.leaf, h.problem = l.leaf, l.problem
 	if h.leaf != nil && ca.problem != "" {
 		h.problem = ca.problem // tls.crt's own problem first, then ca.crt's
 	}
 	return h
+}
+
+// issued reports whether cr carries a certificate: its status.certificate,
+// or what the cache's transform read of it.
+func (t *clientTracker) issued(cr *cmapi.CertificateRequest) bool {
+	return len(cr.Status.Certificate) > 0 || t.leaves.of(cr) != nil
+}
+
+// certificateSum is the digest of cr's status.certificate.
+func (t *clientTracker) certificateSum(cr *cmapi.CertificateRequest) [sha256.Size]byte {
+	if e := t.leaves.of(cr); e != nil && len(cr.Status.Certificate) == 0 {
+		return e.sum
+	}
+	return sha256.Sum256(cr.Status.Certificate)
+}
+
+// leafOf is cr's leaf read against ca, its parsed status.ca: from its
+// status.certificate, or from what the cache's transform read of it, in
+// whose place the verified leaf is kept. It is safe for concurrent use.
+func (t *clientTracker) leafOf(cr *cmapi.CertificateRequest, ca []*x509.Certificate) parsedLeaf {
+	e := t.leaves.of(cr)
+	if e == nil || len(cr.Status.Certificate) > 0 {
+		var l parsedLeaf
+		l.leaf, l.problem = bundle.ParseClientLeaf(cr.Status.Certificate, ca)
+		return l
+	}
+	if e.leaf == nil {
+		return parsedLeaf{problem: e.problem}
+	}
+	var l parsedLeaf
+	l.leaf, l.problem = e.leaf.VerifiedBy(ca)
+	t.leaves.verified(cr.UID, e, l.leaf)
+	return l
 }
 
 // caOf is the parsed ca.crt of digest sum, parsed from pem the first time.

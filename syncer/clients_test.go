@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -26,11 +27,14 @@ import (
 )
 
 // countingReader counts the lists made through it, by the type listed.
+// With transforms, what it lists goes through them, as the client cache
+// transforms what it holds.
 type countingReader struct {
 	client.Reader
-	lists atomic.Int32
-	mu    sync.Mutex
-	types map[string]int
+	lists      atomic.Int32
+	mu         sync.Mutex
+	types      map[string]int
+	transforms map[client.Object]cache.ByObject
 }
 
 func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
@@ -41,7 +45,30 @@ func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 	}
 	r.types[fmt.Sprintf("%T", list)]++
 	r.mu.Unlock()
-	return r.Reader.List(ctx, list, opts...)
+	if err := r.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	for obj, by := range r.transforms {
+		switch l := list.(type) {
+		case *cmapi.CertificateList:
+			if _, ok := obj.(*cmapi.Certificate); ok {
+				for i := range l.Items {
+					if _, err := by.Transform(&l.Items[i]); err != nil {
+						return err
+					}
+				}
+			}
+		case *cmapi.CertificateRequestList:
+			if _, ok := obj.(*cmapi.CertificateRequest); ok {
+				for i := range l.Items {
+					if _, err := by.Transform(&l.Items[i]); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 var agentLabels = map[string]string{"app": "agent"}
@@ -71,6 +98,7 @@ func request(crt *cmapi.Certificate, revision int, owner types.UID, leaf, ca []b
 	}
 	return &cmapi.CertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: crt.Namespace, Name: fmt.Sprintf("%s-%d-%s", crt.Name, revision, owner), Labels: crt.Labels,
+			UID:         types.UID(fmt.Sprintf("uid-%s-%s-%d-%s", crt.Namespace, crt.Name, revision, owner)),
 			Annotations: map[string]string{cmapi.CertificateNameKey: crt.Name, cmapi.CertificateRequestRevisionAnnotationKey: fmt.Sprint(revision)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "cert-manager.io/v1", Kind: "Certificate", Name: crt.Name, UID: owner,
 				Controller: ptr.To(true)}}},
@@ -84,8 +112,18 @@ func newTracker(g Gomega, objs ...client.Object) (*clientTracker, *countingReade
 }
 
 // newTrackerOf is a tracker of the clients sel selects in namespace
-// agents, reading objs.
+// agents, reading objs as the client cache holds them: through its
+// transforms, the requests' certificates read into the tracker's leaves.
 func newTrackerOf(g Gomega, sel ClientSelection, objs ...client.Object) (*clientTracker, *countingReader, client.Client) {
+	t, reader, store := newPlainTrackerOf(g, sel, objs...)
+	t.leaves = &requestLeaves{}
+	reader.transforms = clientCacheOptions(Options{ClientSelector: sel.Labels, ClientSecretSelector: sel.SecretLabels, ClientIssuer: sel.Issuer}, t.leaves).ByObject
+	return t, reader, store
+}
+
+// newPlainTrackerOf is newTrackerOf reading objs as the API server holds
+// them, as `dualca status` does: the requests carry their certificates.
+func newPlainTrackerOf(g Gomega, sel ClientSelection, objs ...client.Object) (*clientTracker, *countingReader, client.Client) {
 	scheme, err := Scheme()
 	g.Expect(err).NotTo(HaveOccurred())
 	store := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
@@ -159,7 +197,7 @@ func TestAWatchedTrackerReadsWhatItWasToldAndOnlyAfterAChange(t *testing.T) {
 	g.Expect(tracker.cas).To(BeEmpty())
 	g.Expect(reader.lists.Load()).To(BeZero())
 
-	unwatched := &clientTracker{reader: reader, selection: tracker.selection, namespaces: tracker.namespaces}
+	unwatched := &clientTracker{reader: reader, selection: tracker.selection, namespaces: tracker.namespaces, leaves: tracker.leaves}
 	for range 2 {
 		cs, _, err := unwatched.read(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -244,34 +282,40 @@ func TestTheTrackerBelievesOnlyTheCertificatesOwnRequest(t *testing.T) {
 			want: want{unknown: true},
 		},
 	}
+	// Through the client cache (the requests' certificates read as they
+	// enter it), and as `dualca status` reads them from the API server.
+	trackers := map[string]func(Gomega, ClientSelection, ...client.Object) (*clientTracker, *countingReader, client.Client){
+		"cached": newTrackerOf, "plain": newPlainTrackerOf}
 	for mode, sel := range selections() {
 		for name, tc := range tests {
-			t.Run(mode+"/"+name, func(t *testing.T) {
-				t.Parallel()
-				g := NewWithT(t)
-				crt := clientCert("agent", ptr.To(3))
-				tracker, reader, _ := newTrackerOf(g, sel, append(tc.objs(crt), crt)...)
-				cs, views, err := tracker.read(context.Background())
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(cs.Items).To(HaveLen(1))
-				c := cs.Items[0]
-				g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
-				if tc.want.leaf {
-					g.Expect(c.Leaf).NotTo(BeNil())
-					g.Expect(c.Leaf.Is(leaf)).To(BeTrue())
-					g.Expect(c.CA).To(HaveLen(1))
-					g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
-				} else {
-					g.Expect(c.Leaf).To(BeNil(), "no leaf believed")
-				}
-				if tc.want.problem == "" {
-					g.Expect(views["agents/agent"].problem).To(BeEmpty())
-				} else {
-					g.Expect(views["agents/agent"].problem).To(ContainSubstring(tc.want.problem))
-				}
-				g.Expect(reader.types).To(HaveLen(2))
-				g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
-			})
+			for how, newTracker := range trackers {
+				t.Run(mode+"/"+how+"/"+name, func(t *testing.T) {
+					t.Parallel()
+					g := NewWithT(t)
+					crt := clientCert("agent", ptr.To(3))
+					tracker, reader, _ := newTracker(g, sel, append(tc.objs(crt), crt)...)
+					cs, views, err := tracker.read(context.Background())
+					g.Expect(err).NotTo(HaveOccurred())
+					g.Expect(cs.Items).To(HaveLen(1))
+					c := cs.Items[0]
+					g.Expect(c.Unknown).To(Equal(tc.want.unknown), "unknown")
+					if tc.want.leaf {
+						g.Expect(c.Leaf).NotTo(BeNil())
+						g.Expect(c.Leaf.Is(leaf)).To(BeTrue())
+						g.Expect(c.CA).To(HaveLen(1))
+						g.Expect(c.CA[0].Equal(root.Cert)).To(BeTrue())
+					} else {
+						g.Expect(c.Leaf).To(BeNil(), "no leaf believed")
+					}
+					if tc.want.problem == "" {
+						g.Expect(views["agents/agent"].problem).To(BeEmpty())
+					} else {
+						g.Expect(views["agents/agent"].problem).To(ContainSubstring(tc.want.problem))
+					}
+					g.Expect(reader.types).To(HaveLen(2))
+					g.Expect(reader.types).NotTo(HaveKey("*v1.SecretList"), "no Secret is ever listed")
+				})
+			}
 		}
 	}
 }
@@ -309,7 +353,7 @@ func TestTheTrackerRemembersACredentialWhoseRequestWasCollected(t *testing.T) {
 	g.Expect(cs.Items[0].Leaf.Is(leaf)).To(BeTrue())
 	g.Expect(views["agents/agent"].request).To(BeNil())
 
-	restarted := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
+	restarted := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces, leaves: tracker.leaves}
 	cs, _, err = restarted.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "a tracker that never saw revision 1's request cannot tell its root")
@@ -453,6 +497,116 @@ func TestManyNewClientsAreParsedAsOneAtATime(t *testing.T) {
 	for _, c := range again.Items {
 		g.Expect(c.Leaf).To(BeIdenticalTo(byName[c.Name].Leaf), "held leaves are not parsed again")
 	}
+
+	// The cache kept no certificate; what it read of them is the leaves
+	// as verified, but that of the leaf its ca.crt did not issue.
+	g.Expect(many.leaves.byUID).To(HaveLen(n))
+	verified := 0
+	for _, e := range many.leaves.byUID {
+		if e.leaf != nil && e.leaf.Verified() {
+			verified++
+		}
+	}
+	g.Expect(verified).To(Equal(n-2), "all but the junk and the leaf of another root")
+
+	// Read from the API server, as `dualca status` reads them: the same.
+	plain, _, _ := newPlainTrackerOf(g, many.selection, objs...)
+	for _, c := range read(plain).Items {
+		want := byName[c.Name]
+		g.Expect(c.Leaf == nil).To(Equal(want.Leaf == nil), c.Name)
+		if want.Leaf != nil {
+			g.Expect(*c.Leaf).To(Equal(*want.Leaf), c.Name)
+		}
+	}
+}
+
+// TestAWriterOfRequestsGainsNothingFromTheClientCache: the client cache
+// reads each request's certificate as it enters it (requestLeaves). A
+// writer of requests in a client namespace gets nothing read of a request
+// that claims no Certificate's revision, nothing kept of one too large or
+// damaged but a problem, nothing read again of one rewritten with the same
+// certificate, and nothing kept of requests once deleted, even when their
+// delete was never seen; the client among them is read as ever.
+func TestAWriterOfRequestsGainsNothingFromTheClientCache(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	now := time.Now()
+	root := certs.MustCA(t, "root", 48*time.Hour)
+	_, leafPEM, _, err := root.Leaf("agent", now.Add(-time.Hour), now.Add(time.Hour))
+	g.Expect(err).NotTo(HaveOccurred())
+	sel := ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}
+	leaves := &requestLeaves{}
+	var transform func(any) (any, error)
+	for obj, by := range clientCacheOptions(Options{ClientSelector: sel.Labels}, leaves).ByObject {
+		if _, ok := obj.(*cmapi.CertificateRequest); ok {
+			transform = by.Transform
+		}
+	}
+	clock := now
+	tracker := (&clientTracker{selection: sel, namespaces: []string{"agents"}, leaves: leaves, now: func() time.Time { return clock }}).watched()
+	cache := func(cr *cmapi.CertificateRequest) *cmapi.CertificateRequest {
+		out, err := transform(cr.DeepCopy())
+		g.Expect(err).NotTo(HaveOccurred())
+		kept := out.(*cmapi.CertificateRequest)
+		g.Expect(kept.Status.Certificate).To(BeEmpty(), "the cache keeps no certificate")
+		return kept
+	}
+	agent := clientCert("agent", ptr.To(1))
+	own := cache(request(agent, 1, "", leafPEM, root.CertPEM))
+	tracker.changed(agent, false)
+	tracker.changed(own, false)
+	onRoot := func() {
+		cs, _, err := tracker.read(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cs.Items).To(HaveLen(1))
+		g.Expect(cs.Items[0].On(root.Cert, now)).To(BeTrue(), "the client is read as ever")
+	}
+	onRoot()
+
+	unclaimed := request(clientCert("x", ptr.To(1)), 1, "", leafPEM, root.CertPEM)
+	unclaimed.OwnerReferences = nil
+	g.Expect(leaves.of(cache(unclaimed))).To(BeNil(), "a request that claims no revision is not read")
+
+	big := request(clientCert("big", ptr.To(1)), 1, "", bytes.Repeat(leafPEM, bundle.MaxPEMBytes/len(leafPEM)+1), root.CertPEM)
+	e := leaves.of(cache(big))
+	g.Expect(e).NotTo(BeNil())
+	g.Expect(e.leaf).To(BeNil(), "nothing kept of an oversized certificate")
+	g.Expect(e.problem).To(ContainSubstring("more than the limit"))
+
+	// Many claimants, rewritten with the same certificate, then deleted.
+	const many = 300
+	var written []*cmapi.CertificateRequest
+	for i := range many {
+		cr := request(clientCert(fmt.Sprint("copy-", i), ptr.To(1)), 1, "", leafPEM, root.CertPEM)
+		cr.ResourceVersion = "1"
+		first := leaves.of(cache(cr))
+		g.Expect(first).NotTo(BeNil())
+		cr.ResourceVersion = "2"
+		g.Expect(leaves.of(cache(cr)).leaf).To(BeIdenticalTo(first.leaf), "the same bytes are not read again")
+		written = append(written, cr)
+		tracker.changed(cr, false)
+	}
+	onRoot()
+	g.Expect(leaves.byUID).To(HaveLen(many + 2))
+	for _, cr := range written {
+		tracker.changed(cr, true)
+	}
+	g.Expect(leaves.byUID).To(HaveLen(2), "deleted requests are forgotten")
+
+	// Deletes never seen (a request deleted while the watch re-listed):
+	// what was read of them goes once they have been out of the cache for
+	// maxLeafAge; what the cache holds stays.
+	for i := range many {
+		cache(request(clientCert(fmt.Sprint("lost-", i), ptr.To(1)), 1, "", leafPEM, root.CertPEM))
+	}
+	onRoot()
+	g.Expect(leaves.byUID).To(HaveLen(many+2), "not before maxLeafAge")
+	clock = clock.Add(maxLeafAge + time.Second)
+	tracker.changed(agent, false) // a read follows a change
+	onRoot()
+	g.Expect(leaves.byUID).To(HaveLen(1), "the client's own stays")
+	g.Expect(leaves.of(own)).NotTo(BeNil())
 }
 
 // TestARequestInAnotherNamespaceClaimsNothing: a controller reference
@@ -473,7 +627,7 @@ func TestARequestInAnotherNamespaceClaimsNothing(t *testing.T) {
 	a := clientCert("a", ptr.To(1))
 	mine := request(a, 1, "", own, r1.CertPEM)
 	copied := request(a, 1, "", forged, foreign.CertPEM)
-	copied.Namespace = "elsewhere"
+	copied.Namespace, copied.UID = "elsewhere", "uid-copied" // the API server's UIDs are its own
 	tracker, _, store := newTrackerOf(g, ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}, a, mine, copied)
 	tracker.namespaces = []string{"agents", "elsewhere"}
 
@@ -485,7 +639,7 @@ func TestARequestInAnotherNamespaceClaimsNothing(t *testing.T) {
 
 	// The client's request is collected, and it was never held by a fresh tracker.
 	g.Expect(store.Delete(ctx, mine)).To(Succeed())
-	fresh := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces}
+	fresh := &clientTracker{reader: tracker.reader, selection: tracker.selection, namespaces: tracker.namespaces, leaves: tracker.leaves}
 	cs, _, err = fresh.read(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.Items[0].Unknown).To(BeTrue(), "the copy elsewhere is not believed")

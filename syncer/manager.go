@@ -187,7 +187,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 	r.status = newStatusMapOf(mgr, o, c)
 	r.publisher = newStatusPublisher(r.status, o.Logger.WithName("status"))
 	if c.clients != nil {
-		r.clients = (&clientTracker{reader: c.clients, selection: o.Clients(), namespaces: o.ClientNamespaces}).watched()
+		r.clients = (&clientTracker{reader: c.clients, selection: o.Clients(), namespaces: o.ClientNamespaces, leaves: c.leaves, now: o.Clock.Now}).watched()
 		r.renewer = newRenewer(strategy, o)
 		r.renewer.reportTo(r.report.recorder, store.current)
 	}

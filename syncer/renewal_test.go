@@ -332,7 +332,7 @@ func TestTheClientCacheHoldsNoSecret(t *testing.T) {
 	g := NewWithT(t)
 	o := testOptions()
 	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(labels.Set{"app": "agent"}), []string{"agents", "edge"}
-	opts := clientCacheOptions(o)
+	opts := clientCacheOptions(o, nil)
 	g.Expect(opts.DefaultNamespaces).To(HaveLen(2))
 	g.Expect(opts.DefaultNamespaces).To(HaveKey("agents"))
 	g.Expect(opts.DefaultNamespaces).To(HaveKey("edge"))

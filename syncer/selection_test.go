@@ -100,8 +100,9 @@ func TestTheClientCacheWithoutALabelHoldsTheRequestsOfTheNamespace(t *testing.T)
 	g := NewWithT(t)
 	by := labels.SelectorFromSet(agentLabels)
 	issuer := &IssuerRef{Group: "cert-manager.io", Kind: "ClusterIssuer", Name: "agents-ca"}
+	leaves := &requestLeaves{}
 	byObject := func(o Options) (certs, requests cache.ByObject) {
-		for obj, b := range clientCacheOptions(o).ByObject {
+		for obj, b := range clientCacheOptions(o, leaves).ByObject {
 			switch obj.(type) {
 			case *cmapi.Certificate:
 				certs = b
@@ -128,9 +129,11 @@ func TestTheClientCacheWithoutALabelHoldsTheRequestsOfTheNamespace(t *testing.T)
 	crt := clientCert("agent", ptr.To(1))
 	crt.Spec.IssuerRef = cmmeta.IssuerReference{Name: "agents-ca", Kind: "ClusterIssuer"}
 	ours := request(crt, 1, "", []byte("crt"), []byte("ca"))
+	ours.UID, ours.ResourceVersion = "uid-ours", "7"
 	out, err := requests.Transform(ours)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(out.(*cmapi.CertificateRequest).Status.Certificate).To(Equal([]byte("crt")), "a request of the issuer keeps its certificates")
+	g.Expect(out.(*cmapi.CertificateRequest).Status).To(Equal(cmapi.CertificateRequestStatus{CA: []byte("ca")}), "a request of the issuer keeps its ca.crt")
+	g.Expect(leaves.of(ours)).NotTo(BeNil(), "and its certificate is read")
 	g.Expect(out.(*cmapi.CertificateRequest).Spec).To(Equal(cmapi.CertificateRequestSpec{IssuerRef: crt.Spec.IssuerRef}), "and of its spec its issuer only")
 	// client-go may transform an object twice (a streaming list): the
 	// second pass decides as the first (a pass that forgot the issuer
@@ -138,14 +141,17 @@ func TestTheClientCacheWithoutALabelHoldsTheRequestsOfTheNamespace(t *testing.T)
 	// them all: found by the e2e scenario of the issuer).
 	again, err := requests.Transform(out)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(again.(*cmapi.CertificateRequest).Status.Certificate).To(Equal([]byte("crt")), "a second pass keeps them too")
+	g.Expect(again.(*cmapi.CertificateRequest).Status.CA).To(Equal([]byte("ca")), "a second pass keeps them too")
+	g.Expect(leaves.of(ours)).NotTo(BeNil(), "and what was read")
 
 	other := request(crt, 1, "", []byte("crt"), []byte("ca"))
+	other.UID, other.ResourceVersion = "uid-other", "8"
 	other.Spec.IssuerRef.Name = "web-ca"
 	out, err = requests.Transform(other)
 	g.Expect(err).NotTo(HaveOccurred())
 	stripped := out.(*cmapi.CertificateRequest)
 	g.Expect(stripped.Status).To(BeZero(), "a request of another issuer keeps no certificate")
+	g.Expect(leaves.of(other)).To(BeNil(), "nor is it read")
 	g.Expect(metav1.GetControllerOfNoCopy(stripped)).NotTo(BeNil(), "but stays a claimant of its revision")
 	g.Expect(stripped.Annotations).To(HaveKeyWithValue(cmapi.CertificateRequestRevisionAnnotationKey, "1"))
 	again, err = requests.Transform(stripped)
@@ -366,7 +372,7 @@ func TestTheClientCacheKeepsOfACertificateWhatSelectsIt(t *testing.T) {
 			o := testOptions()
 			o.ClientSelector, o.ClientSecretSelector, o.ClientIssuer = sel.Labels, sel.SecretLabels, sel.Issuer
 			var transform func(any) (any, error)
-			for obj, b := range clientCacheOptions(o).ByObject {
+			for obj, b := range clientCacheOptions(o, &requestLeaves{}).ByObject {
 				if _, ok := obj.(*cmapi.Certificate); ok {
 					transform = b.Transform
 				}

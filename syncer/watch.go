@@ -36,6 +36,9 @@ type caches struct {
 	shadow, status cache.Cache
 	// issuing is the issuing Secret's cache, nil when there is none.
 	issuing cache.Cache
+	// leaves holds what the client cache read of the requests'
+	// certificates, for the tracker; nil without a client cache.
+	leaves *requestLeaves
 }
 
 // newCaches creates the caches and adds them to mgr.
@@ -81,7 +84,8 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	if !o.Clients().Tracked() {
 		return c, nil
 	}
-	opts := clientCacheOptions(o)
+	c.leaves = &requestLeaves{}
+	opts := clientCacheOptions(o, c.leaves)
 	opts.HTTPClient, opts.Scheme, opts.Mapper = mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper()
 	cc, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
