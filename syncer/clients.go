@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,15 +83,16 @@ func clientCacheOptions(o Options, leaves *requestLeaves) cache.Options {
 		namespaces[ns] = cache.Config{}
 	}
 	sel := o.Clients()
-	transform := requestCertificatesOnly(&sharedBytes{}, leaves)
+	shared := newSharing()
+	transform := requestCertificatesOnly(shared, leaves)
 	if sel.Issuer != nil {
-		transform = requestOfIssuerOnly(*sel.Issuer, transform)
+		transform = requestOfIssuerOnly(*sel.Issuer, shared, transform)
 	}
 	return cache.Options{
 		DefaultNamespaces: namespaces,
 		DefaultTransform:  cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cmapi.Certificate{}:        {Label: sel.Labels, Transform: certificateWhatSelectsOnly(sel)},
+			&cmapi.Certificate{}:        {Label: sel.Labels, Transform: certificateWhatSelectsOnly(sel, shared)},
 			&cmapi.CertificateRequest{}: {Label: sel.Labels, Transform: transform},
 		},
 	}
@@ -103,20 +107,30 @@ func clientCacheOptions(o Options, leaves *requestLeaves) cache.Options {
 // status from the cached Certificate (zeroDowntime.Renew), and an update
 // of the status subresource writes the status as given, but takes nothing
 // else of it (spec and metadata come from the stored object).
-func certificateWhatSelectsOnly(sel ClientSelection) func(any) (any, error) {
+//
+// What thousands of Certificates hold alike (the labels kept, the
+// namespace, the issuer, the conditions' words) they hold as one value
+// (shared).
+func certificateWhatSelectsOnly(sel ClientSelection, shared *sharing) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		crt, ok := obj.(*cmapi.Certificate)
 		if !ok {
 			return obj, nil
 		}
-		crt.ObjectMeta = metav1.ObjectMeta{Name: crt.Name, Namespace: crt.Namespace, UID: crt.UID,
+		crt.ObjectMeta = metav1.ObjectMeta{Name: crt.Name, Namespace: shared.string(crt.Namespace), UID: crt.UID,
 			ResourceVersion: crt.ResourceVersion, Generation: crt.Generation,
-			Labels: labelsNamed(sel.Labels, crt.Labels)}
-		spec := cmapi.CertificateSpec{SecretName: crt.Spec.SecretName, IssuerRef: crt.Spec.IssuerRef}
+			Labels: shared.labels(labelsNamed(sel.Labels, crt.Labels))}
+		spec := cmapi.CertificateSpec{SecretName: crt.Spec.SecretName, IssuerRef: shared.issuer(crt.Spec.IssuerRef)}
 		if t := crt.Spec.SecretTemplate; t != nil && sel.SecretLabels != nil {
-			spec.SecretTemplate = &cmapi.CertificateSecretTemplate{Labels: labelsNamed(sel.SecretLabels, t.Labels)}
+			spec.SecretTemplate = &cmapi.CertificateSecretTemplate{Labels: shared.labels(labelsNamed(sel.SecretLabels, t.Labels))}
 		}
 		crt.Spec = spec
+		for i := range crt.Status.Conditions {
+			c := &crt.Status.Conditions[i]
+			c.Type = cmapi.CertificateConditionType(shared.string(string(c.Type)))
+			c.Status = cmmeta.ConditionStatus(shared.string(string(c.Status)))
+			c.Reason, c.Message = shared.string(c.Reason), shared.string(c.Message)
+		}
 		return crt, nil
 	}
 }
@@ -148,7 +162,7 @@ func labelsNamed(selector labels.Selector, set map[string]string) map[string]str
 // its issuerRef: client-go may transform an object twice (the initial
 // streaming list transforms what it holds, then the informer's queue
 // again), and a second pass must decide as the first did.
-func requestOfIssuerOnly(issuer IssuerRef, certificatesOnly func(any) (any, error)) func(any) (any, error) {
+func requestOfIssuerOnly(issuer IssuerRef, shared *sharing, certificatesOnly func(any) (any, error)) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
@@ -159,19 +173,19 @@ func requestOfIssuerOnly(issuer IssuerRef, certificatesOnly func(any) (any, erro
 			cr.Status = cmapi.CertificateRequestStatus{} // before any is read
 		}
 		out, err := certificatesOnly(cr)
-		cr.Spec.IssuerRef = ref
+		cr.Spec.IssuerRef = shared.issuer(ref)
 		return out, err
 	}
 }
 
 // requestCertificatesOnly drops everything of a CertificateRequest but
-// what tells whose it is and its certificates: the CSR, the copied
-// annotations and the conditions are of no use to dualca. The requests of
+// what tells whose it is and its certificates: the CSR, the labels, the
+// copied annotations and the conditions are of no use to dualca. The requests of
 // one root carry the same status.ca, which cas keeps one copy of. With
 // leaves, status.certificate is read into leaves and dropped; a request
 // that claims no revision of a Certificate (no controller, no revision)
 // is no client's, and its certificate is dropped unread.
-func requestCertificatesOnly(cas *sharedBytes, leaves *requestLeaves) func(any) (any, error) {
+func requestCertificatesOnly(shared *sharing, leaves *requestLeaves) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
@@ -183,7 +197,11 @@ func requestCertificatesOnly(cas *sharedBytes, leaves *requestLeaves) func(any) 
 			}
 			cr.Status.Certificate = nil
 		}
-		cr.ManagedFields = nil
+		// Selected by label, the requests are chosen by the API server,
+		// and nothing here reads a request's labels (a Helm release's
+		// labels, copied from the Certificate, were a map of half a
+		// kilobyte per request).
+		cr.ManagedFields, cr.Labels = nil, nil
 		annotations := map[string]string{}
 		for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
 			if v, ok := cr.Annotations[k]; ok {
@@ -192,7 +210,12 @@ func requestCertificatesOnly(cas *sharedBytes, leaves *requestLeaves) func(any) 
 		}
 		cr.Annotations = annotations
 		cr.Spec = cmapi.CertificateRequestSpec{}
-		cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: cas.share(cr.Status.CA)}
+		cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: shared.cas.share(cr.Status.CA)}
+		cr.Namespace = shared.string(cr.Namespace)
+		for i := range cr.OwnerReferences {
+			ref := &cr.OwnerReferences[i]
+			ref.APIVersion, ref.Kind = shared.string(ref.APIVersion), shared.string(ref.Kind)
+		}
 		return cr, nil
 	}
 }
@@ -227,6 +250,83 @@ func (s *sharedBytes) share(b []byte) []byte {
 	}
 	s.values[string(b)] = b
 	return b
+}
+
+// sharing is what the client cache's transforms share among the objects
+// they keep: the requests' status.ca, and the strings and label sets that
+// thousands of objects hold alike. What it hands out is shared like
+// sharedBytes's, and bounded like it: a writer of many distinct values
+// makes it start again empty, and those values are simply not shared.
+type sharing struct {
+	cas     sharedBytes
+	strings sharedValues[string]
+	sets    sharedValues[map[string]string]
+}
+
+// maxSharedValues bounds the strings and label sets a sharing holds: the
+// namespaces, issuers, conditions' words and label values of the clients
+// are a few dozen. Longer than maxSharedLen, a value is not shared: what
+// it holds, it may hold after the objects let go of it, and a writer of
+// long values must not make that large.
+const (
+	maxSharedValues = 1024
+	maxSharedLen    = 256
+)
+
+func newSharing() *sharing {
+	return &sharing{strings: sharedValues[string]{limit: maxSharedValues}, sets: sharedValues[map[string]string]{limit: maxSharedValues}}
+}
+
+func (s *sharing) string(v string) string {
+	if v == "" || len(v) > maxSharedLen {
+		return v
+	}
+	return s.strings.share(v, v)
+}
+
+// labels shares a label set that nothing modifies (the cache's readers
+// copy what they return); nil stays nil.
+func (s *sharing) labels(set map[string]string) map[string]string {
+	if set == nil {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(set))
+	var key strings.Builder
+	for _, k := range keys {
+		key.WriteString(k)
+		key.WriteByte(0)
+		key.WriteString(set[k])
+		key.WriteByte(0)
+	}
+	if key.Len() > maxSharedLen {
+		return set
+	}
+	return s.sets.share(key.String(), set)
+}
+
+func (s *sharing) issuer(ref cmmeta.IssuerReference) cmmeta.IssuerReference {
+	return cmmeta.IssuerReference{Name: s.string(ref.Name), Kind: s.string(ref.Kind), Group: s.string(ref.Group)}
+}
+
+// sharedValues hands out one value for each key it is given, the first
+// given with it, holding at most limit of them.
+type sharedValues[V any] struct {
+	mu     sync.Mutex
+	limit  int
+	values map[string]V
+}
+
+func (s *sharedValues[V]) share(key string, v V) V {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kept, ok := s.values[key]; ok {
+		return kept
+	}
+	if s.values == nil || len(s.values) >= s.limit {
+		s.values = map[string]V{}
+	}
+	s.values[key] = v
+	return v
 }
 
 // requestLeaves holds what the client cache's transform read of each

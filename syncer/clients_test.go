@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -670,4 +673,47 @@ func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
 	tracker := &clientTracker{}
 	g.Expect(tracker.parseAhead(selected, claims)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
 	g.Expect(tracker.parseAhead(nil, claims)).To(BeEmpty(), "no selected client, nothing parsed")
+}
+
+// TestTheClientCacheHoldsWhatObjectsShareOnce: the Certificates and
+// requests the client cache keeps hold the label sets, namespaces, issuers
+// and conditions' words they have alike as one value each, and each as it
+// was; a long value is not shared, and however many distinct values a
+// writer gives, the sharing holds a bounded number of them.
+func TestTheClientCacheHoldsWhatObjectsShareOnce(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	sel := ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}
+	shared := newSharing()
+	transform := certificateWhatSelectsOnly(sel, shared)
+	cached := func(name, message string) *cmapi.Certificate {
+		crt := clientCert(name, ptr.To(1))
+		crt.Labels = map[string]string{"app": "agent", "app.kubernetes.io/instance": name}
+		crt.Status.Conditions = []cmapi.CertificateCondition{{Type: cmapi.CertificateConditionReady, Status: cmmeta.ConditionTrue,
+			Reason: "Ready", Message: message}}
+		whole := crt.DeepCopy()
+		out, err := transform(crt)
+		g.Expect(err).NotTo(HaveOccurred())
+		kept := out.(*cmapi.Certificate)
+		g.Expect(kept.Status).To(Equal(whole.Status), "the status as it was")
+		g.Expect(kept.Labels).To(Equal(map[string]string{"app": "agent"}))
+		return kept
+	}
+	// Each decoded apart, as the cache decodes each object.
+	upToDate := func() string { return string([]byte("Certificate is up to date and has not expired")) }
+	a, b := cached("a", upToDate()), cached("b", upToDate())
+	g.Expect(reflect.ValueOf(a.Labels).UnsafePointer()).To(Equal(reflect.ValueOf(b.Labels).UnsafePointer()), "one label set")
+	g.Expect(unsafe.StringData(a.Status.Conditions[0].Message)).To(BeIdenticalTo(unsafe.StringData(b.Status.Conditions[0].Message)), "one message")
+	g.Expect(unsafe.StringData(a.Spec.IssuerRef.Name)).To(BeIdenticalTo(unsafe.StringData(b.Spec.IssuerRef.Name)), "one issuer name")
+
+	long := strings.Repeat("x", maxSharedLen+1)
+	c, d := cached("c", string([]byte(long))), cached("d", string([]byte(long)))
+	g.Expect(c.Status.Conditions[0].Message).To(Equal(long))
+	g.Expect(unsafe.StringData(c.Status.Conditions[0].Message)).NotTo(BeIdenticalTo(unsafe.StringData(d.Status.Conditions[0].Message)), "a long value is not shared")
+
+	for i := range 3 * maxSharedValues {
+		cached(fmt.Sprint("w-", i), fmt.Sprint("message ", i))
+	}
+	g.Expect(len(shared.strings.values)).To(BeNumerically("<=", maxSharedValues))
+	g.Expect(len(shared.sets.values)).To(BeNumerically("<=", maxSharedValues))
 }

@@ -352,6 +352,7 @@ func TestTheClientCacheHoldsNoSecret(t *testing.T) {
 
 	cr := &cmapi.CertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: "agent-1-3", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cert-manager"}},
+			Labels: map[string]string{"app": "agent", "app.kubernetes.io/instance": "agent-1"},
 			Annotations: map[string]string{cmapi.CertificateNameKey: "agent-1", cmapi.CertificateRequestRevisionAnnotationKey: "3",
 				cmapi.CertificateRequestPrivateKeyAnnotationKey: "agent-1-x7k2p", "copied.example/note": "n"}},
 		Spec:   cmapi.CertificateRequestSpec{Request: []byte("csr"), Username: "system:serviceaccount:cert-manager:cert-manager"},
@@ -364,6 +365,7 @@ func TestTheClientCacheHoldsNoSecret(t *testing.T) {
 	g.Expect(kept.Spec).To(BeZero(), "the CSR is of no use")
 	g.Expect(kept.Status).To(Equal(cmapi.CertificateRequestStatus{Certificate: []byte("crt"), CA: []byte("ca")}))
 	g.Expect(kept.ManagedFields).To(BeNil())
+	g.Expect(kept.Labels).To(BeNil(), "the API server selected it by them; nothing reads them")
 }
 
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
