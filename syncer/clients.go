@@ -49,9 +49,10 @@ import (
 // Certificates it selects by the UID of their controller. A transform
 // keeps nothing of a request but what identifies it and its status.ca
 // (one copy per distinct value): the CSR, a kilobyte or more, is dropped,
-// and status.certificate is read as the request enters the cache into a
-// leaf of about 130 bytes once verified (requestLeaves,
-// bundle.ClientLeaf), and dropped; selecting by issuer, a request naming
+// what the request claims (controller, revision, Certificate's name) and
+// its status.certificate are read as it enters the cache, the certificate
+// into a leaf of about 130 bytes once verified (requestLeaves,
+// bundle.ClientLeaf), and dropped from it; selecting by issuer, a request naming
 // another issuer keeps no certificate at all, nor does one that claims no
 // Certificate's revision. Memory therefore grows with the selected clients
 // when a label selects them, and with the client namespaces' Certificates
@@ -182,33 +183,37 @@ func requestOfIssuerOnly(issuer IssuerRef, shared *sharing, certificatesOnly fun
 // what tells whose it is and its certificates: the CSR, the labels, the
 // copied annotations and the conditions are of no use to dualca. The requests of
 // one root carry the same status.ca, which cas keeps one copy of. With
-// leaves, status.certificate is read into leaves and dropped; a request
-// that claims no revision of a Certificate (no controller, no revision)
-// is no client's, and its certificate is dropped unread.
+// leaves, what the request claims (its controller, revision and
+// Certificate's name) and its status.certificate are read into leaves and
+// dropped from it; a request that claims no revision of a Certificate (no
+// controller, no revision) is no client's, and nothing of it is read.
 func requestCertificatesOnly(shared *sharing, leaves *requestLeaves) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		cr, ok := obj.(*cmapi.CertificateRequest)
 		if !ok {
 			return obj, nil
 		}
-		if leaves != nil && len(cr.Status.Certificate) > 0 {
-			if _, claims := claimOfRequest(cr); claims {
-				leaves.read(cr)
-			}
-			cr.Status.Certificate = nil
-		}
 		// Selected by label, the requests are chosen by the API server,
 		// and nothing here reads a request's labels (a Helm release's
 		// labels, copied from the Certificate, were a map of half a
 		// kilobyte per request).
 		cr.ManagedFields, cr.Labels = nil, nil
-		annotations := map[string]string{}
-		for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
-			if v, ok := cr.Annotations[k]; ok {
-				annotations[k] = v
+		if leaves != nil {
+			// A second pass (see requestOfIssuerOnly) finds nothing to
+			// read, and leaves what the first read.
+			if k, ok := claimOfRequest(cr); ok {
+				leaves.read(cr, k)
 			}
+			cr.Annotations, cr.OwnerReferences, cr.Status.Certificate = nil, nil, nil
+		} else {
+			annotations := map[string]string{}
+			for _, k := range []string{cmapi.CertificateNameKey, cmapi.CertificateRequestRevisionAnnotationKey} {
+				if v, ok := cr.Annotations[k]; ok {
+					annotations[k] = v
+				}
+			}
+			cr.Annotations = annotations
 		}
-		cr.Annotations = annotations
 		cr.Spec = cmapi.CertificateRequestSpec{}
 		cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: shared.cas.share(cr.Status.CA)}
 		cr.Namespace = shared.string(cr.Namespace)
@@ -330,10 +335,13 @@ func (s *sharedValues[V]) share(key string, v V) V {
 }
 
 // requestLeaves holds what the client cache's transform read of each
-// CertificateRequest's status.certificate, by the request's UID, so that
-// the cached request keeps no PEM (a kilobyte or more per client, the
-// certificate and its base64): the leaf as bundle.ReadClientLeaf reads it,
-// its signature still to check, and what is wrong with it. The tracker
+// CertificateRequest, by the request's UID: what it claims (the revision
+// of the Certificate that controls it, and that Certificate's name), so
+// that the cached request keeps neither annotations nor owners (two
+// small maps and slices, half a kilobyte), and its status.certificate,
+// so that it keeps no PEM (a kilobyte or more per client, the certificate
+// and its base64): the leaf as bundle.ReadClientLeaf reads it, its
+// signature still to check, and what is wrong with it. The tracker
 // checks the signature against the request's status.ca when the request
 // is a client's current one, and keeps the verified leaf here in place of
 // the one read, which lets its signed bytes go; an entry is the request's
@@ -355,10 +363,14 @@ type requestLeaves struct {
 	byUID map[types.UID]*requestLeaf
 }
 
-// requestLeaf is a request's status.certificate as read at resourceVersion
-// rv.
+// requestLeaf is what a request claims and its status.certificate, as
+// read at resourceVersion rv.
 type requestLeaf struct {
-	rv      string
+	rv    string
+	claim claimKey
+	name  string // of the Certificate it names
+	// issued: it carried a certificate, read into sum, leaf and problem.
+	issued  bool
 	sum     [sha256.Size]byte // of status.certificate
 	leaf    *bundle.ClientLeaf
 	problem string
@@ -372,18 +384,20 @@ type requestLeaf struct {
 // still on its way to the tracker.
 const maxLeafAge = 10 * time.Minute
 
-// read reads cr's status.certificate, unless it read the same bytes of
-// the same request before.
-func (l *requestLeaves) read(cr *cmapi.CertificateRequest) {
-	sum := sha256.Sum256(cr.Status.Certificate)
-	l.mu.Lock()
-	prev := l.byUID[cr.UID]
-	l.mu.Unlock()
-	e := &requestLeaf{rv: cr.ResourceVersion, sum: sum}
-	if prev != nil && prev.sum == sum {
-		e.leaf, e.problem = prev.leaf, prev.problem
-	} else {
-		e.leaf, e.problem = bundle.ReadClientLeaf(cr.Status.Certificate)
+// read reads cr, which claims k, and its status.certificate, unless it
+// read the same bytes of the same request before.
+func (l *requestLeaves) read(cr *cmapi.CertificateRequest, k claimKey) {
+	e := &requestLeaf{rv: cr.ResourceVersion, claim: k, name: cr.Annotations[cmapi.CertificateNameKey]}
+	if len(cr.Status.Certificate) > 0 {
+		e.issued, e.sum = true, sha256.Sum256(cr.Status.Certificate)
+		l.mu.Lock()
+		prev := l.byUID[cr.UID]
+		l.mu.Unlock()
+		if prev != nil && prev.issued && prev.sum == e.sum {
+			e.leaf, e.problem = prev.leaf, prev.problem
+		} else {
+			e.leaf, e.problem = bundle.ReadClientLeaf(cr.Status.Certificate)
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -393,18 +407,42 @@ func (l *requestLeaves) read(cr *cmapi.CertificateRequest) {
 	l.byUID[cr.UID] = e
 }
 
-// of returns what was read of cr's status.certificate at its
-// resourceVersion; nil when nothing was.
+// of returns what was read of cr at its resourceVersion; nil when
+// nothing was.
 func (l *requestLeaves) of(cr *cmapi.CertificateRequest) *requestLeaf {
 	if l == nil {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.ofLocked(cr)
+}
+
+func (l *requestLeaves) ofLocked(cr *cmapi.CertificateRequest) *requestLeaf {
 	if e := l.byUID[cr.UID]; e != nil && e.rv == cr.ResourceVersion {
 		return e
 	}
 	return nil
+}
+
+// claims calls f with what each of requests claims, as read or as the
+// request says; not with one that claims nothing.
+func (l *requestLeaves) claims(requests []*cmapi.CertificateRequest, f func(cr *cmapi.CertificateRequest, k claimKey, name string)) {
+	if l != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+	}
+	for _, cr := range requests {
+		if l != nil {
+			if e := l.ofLocked(cr); e != nil {
+				f(cr, e.claim, e.name)
+				continue
+			}
+		}
+		if k, ok := claimOfRequest(cr); ok {
+			f(cr, k, cr.Annotations[cmapi.CertificateNameKey])
+		}
+	}
 }
 
 // verified keeps leaf, e's leaf as verified against its request's ca.crt,
@@ -413,7 +451,9 @@ func (l *requestLeaves) verified(uid types.UID, e *requestLeaf, leaf *bundle.Cli
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byUID[uid] == e && e.leaf != leaf {
-		l.byUID[uid] = &requestLeaf{rv: e.rv, sum: e.sum, leaf: leaf, problem: e.problem}
+		v := *e
+		v.leaf = leaf
+		l.byUID[uid] = &v
 	}
 }
 
@@ -654,9 +694,11 @@ func claimOfRequest(cr *cmapi.CertificateRequest) (claimKey, bool) {
 	return claimKey{namespace: cr.Namespace, owner: owner.UID, revision: revision}, true
 }
 
-// claim is the request that made a claim, and how many made it.
+// claim is the request that made a claim, the Certificate's name it
+// gave, and how many made it.
 type claim struct {
 	request *cmapi.CertificateRequest
+	name    string
 	n       int
 }
 
@@ -730,15 +772,12 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 	// Requests are indexed by the Certificate that controls them and the
 	// revision they claim, with nothing allocated per request: this runs
 	// at every client event of a fan-out.
+	// One that claims nothing, cert-manager did not make: no client's.
 	claims := make(map[claimKey]claim, len(requests))
-	for _, cr := range requests {
-		k, ok := claimOfRequest(cr)
-		if !ok {
-			continue // cert-manager made no such request: no client's
-		}
+	t.leaves.claims(requests, func(cr *cmapi.CertificateRequest, k claimKey, name string) {
 		c := claims[k]
-		claims[k] = claim{request: cr, n: c.n + 1}
-	}
+		claims[k] = claim{request: cr, name: name, n: c.n + 1}
+	})
 	selected := make([]*cmapi.Certificate, 0, len(certs))
 	for _, crt := range certs {
 		if t.selection.Selects(crt) {
@@ -802,7 +841,7 @@ func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claims map[cla
 			continue
 		}
 		c := claims[claimOf(crt)]
-		if c.n == 1 && c.request.Annotations[cmapi.CertificateNameKey] == crt.Name && t.issued(c.request) && !held[c.request.UID] {
+		if c.n == 1 && c.name == crt.Name && t.issued(c.request) && !held[c.request.UID] {
 			todo = append(todo, c.request)
 		}
 	}
@@ -842,7 +881,7 @@ const parseAheadAtLeast = 64
 // event. The caller holds t.mu.
 func (t *clientTracker) current(crt *cmapi.Certificate, c claim, ahead map[*cmapi.CertificateRequest]parsedLeaf) (*heldCredential, *cmapi.CertificateRequest, string) {
 	ours, n := c.request, c.n
-	if n == 1 && ours.Annotations[cmapi.CertificateNameKey] != crt.Name {
+	if n == 1 && c.name != crt.Name {
 		ours, n = nil, 0
 	}
 	revision := *crt.Status.Revision
@@ -908,12 +947,16 @@ func (t *clientTracker) parse(cr *cmapi.CertificateRequest, revision int, prev h
 // issued reports whether cr carries a certificate: its status.certificate,
 // or what the cache's transform read of it.
 func (t *clientTracker) issued(cr *cmapi.CertificateRequest) bool {
-	return len(cr.Status.Certificate) > 0 || t.leaves.of(cr) != nil
+	if len(cr.Status.Certificate) > 0 {
+		return true
+	}
+	e := t.leaves.of(cr)
+	return e != nil && e.issued
 }
 
 // certificateSum is the digest of cr's status.certificate.
 func (t *clientTracker) certificateSum(cr *cmapi.CertificateRequest) [sha256.Size]byte {
-	if e := t.leaves.of(cr); e != nil && len(cr.Status.Certificate) == 0 {
+	if e := t.leaves.of(cr); e != nil && e.issued && len(cr.Status.Certificate) == 0 {
 		return e.sum
 	}
 	return sha256.Sum256(cr.Status.Certificate)
@@ -924,7 +967,7 @@ func (t *clientTracker) certificateSum(cr *cmapi.CertificateRequest) [sha256.Siz
 // whose place the verified leaf is kept. It is safe for concurrent use.
 func (t *clientTracker) leafOf(cr *cmapi.CertificateRequest, ca []*x509.Certificate) parsedLeaf {
 	e := t.leaves.of(cr)
-	if e == nil || len(cr.Status.Certificate) > 0 {
+	if e == nil || !e.issued || len(cr.Status.Certificate) > 0 {
 		var l parsedLeaf
 		l.leaf, l.problem = bundle.ParseClientLeaf(cr.Status.Certificate, ca)
 		return l

@@ -665,7 +665,7 @@ func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
 	var selected []*cmapi.Certificate
 	for i := range 2 * parseAheadAtLeast {
 		crt := clientCert(fmt.Sprintf("agent-%03d", i), ptr.To(1))
-		claims[claimOf(crt)] = claim{request: request(crt, 1, "", leaf, r1.CertPEM), n: 1}
+		claims[claimOf(crt)] = claim{request: request(crt, 1, "", leaf, r1.CertPEM), name: crt.Name, n: 1}
 		if i%2 == 0 {
 			selected = append(selected, crt)
 		}
