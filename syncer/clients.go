@@ -198,6 +198,7 @@ func requestCertificatesOnly(shared *sharing, leaves *requestLeaves) func(any) (
 		// labels, copied from the Certificate, were a map of half a
 		// kilobyte per request).
 		cr.ManagedFields, cr.Labels = nil, nil
+		cr.Namespace = shared.string(cr.Namespace)
 		if leaves != nil {
 			// A second pass (see requestOfIssuerOnly) finds nothing to
 			// read, and leaves what the first read.
@@ -216,7 +217,6 @@ func requestCertificatesOnly(shared *sharing, leaves *requestLeaves) func(any) (
 		}
 		cr.Spec = cmapi.CertificateRequestSpec{}
 		cr.Status = cmapi.CertificateRequestStatus{Certificate: cr.Status.Certificate, CA: shared.cas.share(cr.Status.CA)}
-		cr.Namespace = shared.string(cr.Namespace)
 		for i := range cr.OwnerReferences {
 			ref := &cr.OwnerReferences[i]
 			ref.APIVersion, ref.Kind = shared.string(ref.APIVersion), shared.string(ref.Kind)
@@ -238,11 +238,17 @@ type sharedBytes struct {
 }
 
 // maxShared bounds the values a sharedBytes holds: the distinct ca.crt of
-// the clients, one or two per root rotation.
-const maxShared = 64
+// the clients, one or two per root rotation. Longer than maxSharedBytes
+// (a ca.crt of some eighty roots), a value is not shared: what it holds it
+// may hold after the objects let go of it, and a writer of long values
+// must not make that large.
+const (
+	maxShared      = 64
+	maxSharedBytes = 64 << 10
+)
 
 func (s *sharedBytes) share(b []byte) []byte {
-	if len(b) == 0 {
+	if len(b) == 0 || len(b) > maxSharedBytes {
 		return b
 	}
 	s.mu.Lock()

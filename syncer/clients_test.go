@@ -716,4 +716,11 @@ func TestTheClientCacheHoldsWhatObjectsShareOnce(t *testing.T) {
 	}
 	g.Expect(len(shared.strings.values)).To(BeNumerically("<=", maxSharedValues))
 	g.Expect(len(shared.sets.values)).To(BeNumerically("<=", maxSharedValues))
+
+	// The requests' ca.crt alike: one copy, not of a long one.
+	ca := []byte("-----BEGIN CERTIFICATE-----")
+	g.Expect(unsafe.SliceData(shared.cas.share(bytes.Clone(ca)))).To(BeIdenticalTo(unsafe.SliceData(shared.cas.share(bytes.Clone(ca)))))
+	huge := bytes.Repeat([]byte("x"), maxSharedBytes+1)
+	g.Expect(shared.cas.share(huge)).To(Equal(huge))
+	g.Expect(shared.cas.values).NotTo(HaveKey(string(huge)), "a long ca.crt is not held")
 }
