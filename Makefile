@@ -106,10 +106,11 @@ test-compat: control-planes cert-manager helm ## against each supported Kubernet
 	$(GO) run ./test/compat -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
 
 .PHONY: fuzz
-fuzz: ## fuzz the PEM parser, root validation and decisions on a hand-edited gateway Secret for FUZZTIME each (default 1m)
+fuzz: ## fuzz the PEM parser, root validation, decisions on a hand-edited gateway Secret and what is kept of a client's leaf for FUZZTIME each (default 1m)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzParseCertificates$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzValidateRoot$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bundle/ -run '^$$' -fuzz '^FuzzClientLeaf$$' -fuzztime $(FUZZTIME)
 
 .PHONY: lint
 lint: golangci-lint ## go vet, gofmt and golangci-lint with the linters of .golangci.yml (errorlint, gosec, importas, revive...)

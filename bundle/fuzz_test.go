@@ -780,3 +780,66 @@ func (w *planFuzzWorld) names(data []byte) []string {
 	}
 	return out
 }
+
+// FuzzClientLeaf: what dualca keeps of a client's leaf, read from any
+// tls.crt against its ca.crt or alone, chains to exactly the roots the
+// whole certificate does (roots of its name: the issuer, the issuer
+// renewed with its key, another key, the same key not allowed to sign: no
+// CA, no certificate signing, no basic constraints),
+// remembered or not; a tls.crt that does not read keeps no leaf, and the
+// problem reported is the one of the whole certificate.
+func FuzzClientLeaf(f *testing.F) {
+	root := certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{IsCA: true}, nil)
+	roots := []*x509.Certificate{
+		root.Cert,
+		certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(2*time.Hour), certs.Options{IsCA: true, Key: root.Key}, nil).Cert,
+		certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{IsCA: true}, nil).Cert,
+		certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{Key: root.Key}, nil).Cert,
+		certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{IsCA: true, NoCertSign: true, Key: root.Key}, nil).Cert,
+		certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{IsCA: true, NoBasicConstraints: true, Key: root.Key}, nil).Cert,
+	}
+	other := certs.MustNew(f, "dualca root", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{IsCA: true}, nil)
+	leaf := certs.MustNew(f, "agent", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{}, root)
+	for _, seed := range [][]byte{
+		leaf.CertPEM,
+		certs.MustNew(f, "agent", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{KeyType: certs.KeyEd25519}, other).CertPEM,
+		certs.Bundle(leaf, root),
+		root.CertPEM,
+		[]byte("junk"),
+		{},
+	} {
+		f.Add(seed)
+	}
+	for _, seed := range truncations(leaf.CertPEM) {
+		f.Add(seed)
+	}
+	sigs := bundle.NewSignatures()
+	f.Fuzz(func(t *testing.T, tlsCrt []byte) {
+		kept, problem := bundle.ParseClientLeaf(tlsCrt, []*x509.Certificate{root.Cert})
+		read, readProblem := bundle.ReadClientLeaf(tlsCrt)
+		whole, err := bundle.ParseCertificates("tls.crt", tlsCrt)
+		if err != nil || whole[0].IsCA {
+			if kept != nil || read != nil || problem == "" || problem != readProblem {
+				t.Fatalf("a tls.crt that is no client certificate kept a leaf, or its problems differ: %q, %q", problem, readProblem)
+			}
+			return
+		}
+		if kept == nil || read == nil || readProblem != "" || !kept.Is(whole[0]) || !kept.NotAfter().Equal(whole[0].NotAfter) || read.Verified() {
+			t.Fatalf("a client certificate not kept as itself (problem %q, read %q)", problem, readProblem)
+		}
+		if issued := bundle.ChainsTo(whole[0], root.Cert); (problem == "") != issued || kept.Verified() && !issued {
+			t.Fatalf("issued by ca.crt: %t, problem %q, verified %t", issued, problem, kept.Verified())
+		}
+		sigs.Advance()
+		for i, r := range roots {
+			want := bundle.ChainsTo(whole[0], r)
+			for _, l := range []*bundle.ClientLeaf{kept, read} {
+				for _, s := range []*bundle.Signatures{nil, sigs} {
+					if got := s.LeafChainsTo(l, r); got != want {
+						t.Fatalf("root %d: the leaf kept (verified %t, remembered %t) chains: %t, the certificate: %t", i, l.Verified(), s != nil, got, want)
+					}
+				}
+			}
+		}
+	})
+}
