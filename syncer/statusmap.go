@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,7 +51,8 @@ const promotePrefix = 12
 // statusMap reads the controls from the status ConfigMap and publishes the
 // reports there. The reconcile reads the controls, and publishes when it
 // has a promote to consume; the publisher (publisher.go) publishes the
-// other reports: publishing holds its lock, and read is shared.
+// other reports. Publishes never overlap (the publisher's order lock, or
+// a reconcile without a publisher); read is shared with the controls.
 type statusMap struct {
 	key              types.NamespacedName
 	gateway, rootKey types.NamespacedName
@@ -71,14 +71,12 @@ type statusMap struct {
 	// read is the ConfigMap as controls last found it or a publish left
 	// it; nil when missing. Never modified once stored.
 	read atomic.Pointer[corev1.ConfigMap]
-	// publishing is held by each publish.
-	publishing sync.Mutex
 	// consumed is the promote dualca last removed: a cache still showing
 	// it is read again from the API server, so that the removal is not
 	// taken for a new promote.
 	consumed string
 	// published is the report last written (as reportJSON has it), and
-	// when; guarded by publishing.
+	// when; read and written by publish alone.
 	published   *publishedReport
 	publishedAt time.Time
 }
@@ -233,8 +231,6 @@ type published struct {
 // dualca that stopped publishing), and one that differs in the client
 // progress alone at most every progressEvery.
 func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (published, error) {
-	m.publishing.Lock()
-	defer m.publishing.Unlock()
 	now := m.clock.Now()
 	every := m.heartbeat()
 	r.ObservedAt, r.PollInterval = &now, every.String()

@@ -429,7 +429,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 	for i, t := range s.targets {
 		desired[i] = t.desired(read.found[i], c)
 		digests[t.id()] = t.digest(desired[i])
-		seal(desired[i], read.found[i], t.seen == digests[t.id()], sealOf(key, version, t.id(), digests[t.id()]))
+		seal(desired[i], read.found[i], t.seen == digests[t.id()], func() string { return sealOf(key, version, t.id(), digests[t.id()]) })
 	}
 	w := written{object: read.found[0], foreign: read.foreign}
 	if s.progressOnly(read.found, desired) {
@@ -464,8 +464,8 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 
 // seal puts the seal on desired, target found as written: found's own
 // when dualca's part of it stays as it is (a new seal would only rewrite
-// it), else sealed.
-func seal(desired, found client.Object, unchanged bool, sealed string) {
+// it), else a new one, made by sealed (an HMAC: not made at rest).
+func seal(desired, found client.Object, unchanged bool, sealed func() string) {
 	a := maps.Clone(desired.GetAnnotations())
 	if a == nil {
 		a = map[string]string{}
@@ -473,7 +473,7 @@ func seal(desired, found client.Object, unchanged bool, sealed string) {
 	delete(a, annotationSeal)
 	switch {
 	case !unchanged:
-		a[annotationSeal] = sealed
+		a[annotationSeal] = sealed()
 	case found.GetAnnotations()[annotationSeal] != "":
 		a[annotationSeal] = found.GetAnnotations()[annotationSeal]
 	}
