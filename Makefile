@@ -122,18 +122,34 @@ lint: golangci-lint ## go vet, gofmt and golangci-lint with the linters of .gola
 demo: control-plane cert-manager $(BIN)/dualca ## cert-manager, dualca, an mTLS gateway and 30 clients: two overlapping root rotations shown live, then a summary; fails if a handshake failed (LEGACY=1: the legacy strategy)
 	$(GO) run ./test/demo -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
 
+# fresh-dualca rebuilds bin/dualca unless it is this revision's: make
+# rebuilds only when a Go file changed, and a report names the binary's
+# revision as the commit it measured.
+define fresh-dualca
+@$(BIN)/dualca version | grep -qF '(commit $(REVISION),' || $(MAKE) --no-print-directory --always-make $(BIN)/dualca
+endef
+
+# soak-run runs TestSoak for DURATION with CLIENTS clients, its report to
+# docs/$(1).md and docs/$(1).png, with the extra flags $(2).
+define soak-run
+$(fresh-dualca)
+DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
+	-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s $(2) -soak.report=$(CURDIR)/docs/$(1).md -soak.plot=$(CURDIR)/docs/$(1).png \
+	2>&1 | grep -vE '^\s+\{"level"'
+endef
+
 .PHONY: soak
 soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at random moments for DURATION (60m), two replicas, CLIENTS (100) clients loading their Secrets 1-10 s late; writes docs/soak.md and docs/soak.png
-	DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
-		-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s -soak.report=$(CURDIR)/docs/soak.md -soak.plot=$(CURDIR)/docs/soak.png \
-		2>&1 | grep -vE '^\s+\{"level"'
+	$(call soak-run,soak,)
+
+.PHONY: soak-leaks
+soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills, for leaks: the leader lives the whole DURATION (60m) and is judged alone; writes docs/soak-leaks.md and docs/soak-leaks.png
+	$(call soak-run,soak-leaks,-soak.kills=false)
 
 .PHONY: bench
 bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md, docs/benchmarks.png and the raw samples in docs/benchmarks/raw (within 45 min; QUICK=1: a few minutes, not a final report); fails on a dirty tree unless QUICK
-	@# The report names the binary's revision and fails on another one: a
-	@# binary of an earlier commit (make rebuilds only when a Go file changed)
-	@# is rebuilt first.
-	@$(BIN)/dualca version | grep -qF '(commit $(REVISION),' || $(MAKE) --no-print-directory --always-make $(BIN)/dualca
+	@# The report names the binary's revision and fails on another one.
+	$(fresh-dualca)
 	$(GO) run ./test/bench -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
 
 .PHONY: clean

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dualca/dualca/test/controlplane"
 	"github.com/dualca/dualca/test/sizing"
@@ -36,16 +35,10 @@ func TestSizingTableAndValuesAgree(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(claim).To(Equal(largest), "the largest size claimed is the last row")
 
-	raw, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	request, limit, err := sizing.Defaults(root)
 	g.Expect(err).NotTo(HaveOccurred())
-	var values struct {
-		Resources struct {
-			Requests, Limits map[string]string
-		}
-	}
-	g.Expect(yaml.Unmarshal(raw, &values)).To(Succeed())
-	g.Expect(values.Resources.Requests).To(HaveKeyWithValue("memory", sizing.Quantity(first.Request)))
-	g.Expect(values.Resources.Limits).To(HaveKeyWithValue("memory", sizing.Quantity(claim.Limit)))
+	g.Expect(request).To(Equal(first.Request), "values.yaml's memory request is the first row's")
+	g.Expect(limit).To(Equal(claim.Limit), "values.yaml's memory limit is the largest size's")
 
 	project, err := os.ReadFile(filepath.Join(root, "README.md"))
 	g.Expect(err).NotTo(HaveOccurred())

@@ -180,6 +180,18 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// ExitsWithin reports whether the process has exited, or exits within d.
+func (p *Process) ExitsWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // Log is what dualca wrote to its standard output and error so far.
 func (p *Process) Log() string { return p.logs.String() }
 

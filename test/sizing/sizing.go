@@ -23,6 +23,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -183,4 +185,30 @@ func Claim(root string) (Row, error) {
 		}
 	}
 	return largest, nil
+}
+
+// ChartValues is the chart's values file, relative to the repository.
+const ChartValues = "charts/dualca/values.yaml"
+
+// Defaults is the memory request and limit the chart gives dualca unless
+// told otherwise (values.yaml), in bytes.
+func Defaults(root string) (request, limit int64, err error) {
+	raw, err := os.ReadFile(filepath.Join(root, ChartValues))
+	if err != nil {
+		return 0, 0, err
+	}
+	var values struct {
+		Resources struct {
+			Requests, Limits map[string]string
+		}
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", ChartValues, err)
+	}
+	request, err1 := ParseQuantity(values.Resources.Requests["memory"])
+	limit, err2 := ParseQuantity(values.Resources.Limits["memory"])
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("%s: resources.requests/limits.memory: %w", ChartValues, err)
+	}
+	return request, limit, nil
 }

@@ -10,18 +10,23 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/controlplane"
 	"github.com/dualca/dualca/test/monitor"
 	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/sizing"
 )
 
-// Leak bounds: how much a replica may grow over the last three quarters of
-// the run (a fitted slope times that window), beyond what start-up and
-// the garbage collector's rhythm explain.
-const (
-	rssGrowth       = 8 << 20
-	goroutineGrowth = 20
-	fdGrowth        = 10
-)
+// horizon is how long the leader's growth must not take to reach the
+// chart's memory limit (values.yaml), or its open-files limit: a rate that
+// would reach either within it is a leak, however long the run. The
+// bound is absolute, the headroom left over the horizon, and does not
+// loosen or tighten with the length of the run.
+const horizon = 30 * 24 * time.Hour
+
+// goroutineCost is what a goroutine is counted at against the memory
+// limit: a stack of 8 KiB (the smallest is 2 KiB; one that ran a client
+// request has grown) and its record in the runtime.
+const goroutineCost = 8 << 10
 
 // judgeLeaksFrom is the shortest run that judges dualca for leaks (`make
 // soak`), and must: a shorter one (`make test`'s 3 minutes) reports the
@@ -57,6 +62,7 @@ type outcome struct {
 	timeline           []event
 	samples            []sample
 	resources          []resource
+	scrapeFailures     []string
 }
 
 // rotationOutcome is one rotation as the monitor saw it.
@@ -71,15 +77,28 @@ type rotationOutcome struct {
 	oldRootExpires time.Time
 }
 
-// leak is dualca's growth over the last three quarters of the run: the
-// slopes fitted within every replica process at once (each process its
-// own intercept, as a replica killed and started again begins afresh), per
-// minute, and their limits.
+// leak is the leader's growth over the last three quarters of the run:
+// the slopes fitted within every process while it led (each its own
+// intercept, as a leader killed and started again begins afresh), per
+// minute, and their limits. Standbys hold no controller and are not
+// judged.
 type leak struct {
 	processes, samples                int
 	window                            time.Duration
 	rss, goroutines, fds              float64
+	peakRSS, peakFDs                  float64 // the highest of the judged samples
+	memLimit, maxFDs                  float64 // the chart's memory limit, the lowest open-files limit
 	rssLimit, goroutineLimit, fdLimit float64
+	leaders                           []leaderSpan
+}
+
+// leaderSpan is one judged process: its samples while it led.
+type leaderSpan struct {
+	pid             int
+	samples         int
+	from, to        time.Time
+	rssFrom, rssTo  float64
+	rss, goroutines float64 // its own slopes, for the report
 }
 
 func (l leak) judged() bool { return l.processes > 0 }
@@ -101,10 +120,10 @@ func (s *soak) check() {
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
 	l := o.leak
 	if judgesLeaks() {
-		s.t.Logf("leaks: %d samples of %d replica processes over %v: RSS %+.3f MiB/min (limit %.3f), goroutines %+.3f/min (limit %.3f), fds %+.3f/min (limit %.3f)",
-			l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+		s.t.Logf("leaks: %d samples of %d leader processes over %v: RSS %+.4f MiB/min (limit %.4f: %.1f MiB peak, %.0f MiB chart limit, %v), goroutines %+.3f/min (limit %.3f), fds %+.4f/min (limit %.4f)",
+			l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.peakRSS/(1<<20), l.memLimit/(1<<20), horizon, l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
 	} else {
-		s.t.Logf("leaks not judged (a run shorter than %v), for information: %d samples of %d replica processes over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min",
+		s.t.Logf("leaks not judged (a run shorter than %v), for information: %d samples of %d leader processes over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min",
 			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
 	}
 	if *report != "" {
@@ -121,6 +140,7 @@ func (s *soak) check() {
 	g.Expect(o.gateway.LoadErrors).To(BeZero(), "the gateway loaded every version: %s", o.gateway.LastLoadError)
 	g.Expect(o.fleet.Total.LoadErrors).To(BeZero(), "every client loaded every version")
 	g.Expect(o.fleet.Total.Deletions).To(BeZero(), "no client Secret was deleted")
+	g.Expect(o.scrapeFailures).To(BeEmpty(), "every replica that lived on served its metrics")
 	g.Expect(o.requested).To(BeNumerically(">", 0), "rotations were requested")
 	g.Expect(o.rotations).NotTo(BeEmpty(), "the root rotated")
 	for _, r := range o.rotations {
@@ -128,7 +148,7 @@ func (s *soak) check() {
 		g.Expect(r.steadyInTime).To(BeTrue(), "rotation to R%d was Steady before R%d expired", r.n, r.n-1)
 	}
 	if judgesLeaks() {
-		g.Expect(o.leak.judged()).To(BeTrue(), "replicas lived long enough to be judged for leaks")
+		g.Expect(o.leak.judged()).To(BeTrue(), "a leader lived long enough to be judged for leaks")
 		g.Expect(o.leak.ok()).To(BeTrue(), "dualca leaks: %+v", o.leak)
 	}
 }
@@ -138,7 +158,8 @@ func (s *soak) outcome() *outcome {
 	defer s.mu.Unlock()
 	o := &outcome{start: s.begin, elapsed: time.Since(s.begin), fleet: s.fleet.Stats(), gateway: s.gateway.Stats(), checked: s.mon.Result(),
 		deletions: s.deletions, faults: map[string]int{},
-		timeline: slices.Clone(s.timeline), samples: slices.Clone(s.samples), resources: slices.Clone(s.resources)}
+		timeline: slices.Clone(s.timeline), samples: slices.Clone(s.samples), resources: slices.Clone(s.resources),
+		scrapeFailures: slices.Clone(s.scrapeFailures)}
 	o.brokenStats = o.fleet.Clients[s.broken]
 	o.attempts = o.fleet.Total.Attempts - o.brokenStats.Attempts
 	o.failures = o.fleet.Total.Failures - o.brokenStats.Failures
@@ -215,15 +236,31 @@ func (s *soak) rotationOutcomes(samples []sample) []rotationOutcome {
 // to judge.
 func warmUp() time.Duration { return min(max(*duration/12, time.Minute), 5*time.Minute) }
 
-// leaks fits dualca's resources over the last three quarters of the run.
-// Each process counts from the end of its warm-up and, if it took the
-// lease, from then (becoming the leader starts the controllers: a step);
-// a process with fewer than three such samples is left out.
+// leaks fits the leader's resources over the last three quarters of the
+// run. Each process counts while it leads, from the end of its warm-up
+// after it took the lease (becoming the leader starts the controllers: a
+// step); a process with fewer than three such samples is left out. The
+// bounds are the headroom between the highest judged sample and the
+// limit, spread over the horizon.
 func (s *soak) leaks(resources []resource) leak {
 	from := s.begin.Add(time.Since(s.begin) / 4)
-	l := leak{window: time.Since(from)}
-	mins := l.window.Minutes()
-	l.rssLimit, l.goroutineLimit, l.fdLimit = rssGrowth/mins, goroutineGrowth/mins, fdGrowth/mins
+	var memLimit int64
+	root, err := controlplane.RepoRoot()
+	if err == nil {
+		_, memLimit, err = sizing.Defaults(root)
+	}
+	if err != nil {
+		s.t.Errorf("the chart's memory limit, the leak bound's base: %v", err)
+	}
+	l := judgeLeaks(resources, from, warmUp(), float64(memLimit))
+	l.window = time.Since(from)
+	return l
+}
+
+// judgeLeaks is leaks' fit of resources sampled from on, each leader's
+// first warm after it took the lease left out, against memLimit.
+func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLimit float64) leak {
+	l := leak{memLimit: memLimit}
 	byPid := map[int][]resource{}
 	for _, r := range resources {
 		byPid[r.pid] = append(byPid[r.pid], r)
@@ -231,30 +268,48 @@ func (s *soak) leaks(resources []resource) leak {
 	var segments [][]resource
 	for _, pid := range slices.Sorted(maps.Keys(byPid)) {
 		all := byPid[pid]
-		role := all[len(all)-1].leader
-		became := all[0].started
-		for _, r := range all {
-			if r.leader == role {
-				break
-			}
-			became = r.at
+		i := slices.IndexFunc(all, func(r resource) bool { return r.leader })
+		if i < 0 {
+			continue
 		}
+		became := all[i].at
 		var seg []resource
-		for _, r := range all {
-			if r.leader == role && !r.at.Before(from) && !r.at.Before(became.Add(warmUp())) {
+		for _, r := range all[i:] {
+			if !r.at.Before(from) && !r.at.Before(became.Add(warm)) {
 				seg = append(seg, r)
 			}
 		}
-		if len(seg) >= 3 {
-			segments = append(segments, seg)
-			l.samples += len(seg)
+		if len(seg) < 3 {
+			continue
 		}
+		segments = append(segments, seg)
+		l.samples += len(seg)
+		for _, r := range seg {
+			l.peakRSS, l.peakFDs = max(l.peakRSS, r.rss), max(l.peakFDs, r.fds)
+			if l.maxFDs == 0 || r.maxFDs < l.maxFDs {
+				l.maxFDs = r.maxFDs
+			}
+		}
+		one := [][]resource{seg}
+		l.leaders = append(l.leaders, leaderSpan{pid: pid, samples: len(seg), from: seg[0].at, to: seg[len(seg)-1].at,
+			rssFrom: seg[0].rss, rssTo: seg[len(seg)-1].rss,
+			rss: pooledSlope(one, func(r resource) float64 { return r.rss }), goroutines: pooledSlope(one, func(r resource) float64 { return r.goroutines })})
 	}
 	l.processes = len(segments)
 	l.rss = pooledSlope(segments, func(r resource) float64 { return r.rss })
 	l.goroutines = pooledSlope(segments, func(r resource) float64 { return r.goroutines })
 	l.fds = pooledSlope(segments, func(r resource) float64 { return r.fds })
+	l.rssLimit, l.goroutineLimit, l.fdLimit = boundsOver(horizon, l.memLimit-l.peakRSS, l.maxFDs-l.peakFDs)
 	return l
+}
+
+// boundsOver is the growth per minute of resident memory, goroutines and
+// open files that would use up memHeadroom bytes and fdHeadroom files
+// within horizon h: none at all once a headroom is gone.
+func boundsOver(h time.Duration, memHeadroom, fdHeadroom float64) (rss, goroutines, fds float64) {
+	mins := h.Minutes()
+	memHeadroom, fdHeadroom = max(memHeadroom, 0), max(fdHeadroom, 0)
+	return memHeadroom / mins, memHeadroom / goroutineCost / mins, fdHeadroom / mins
 }
 
 // pooledSlope is the least-squares slope of v over time (per minute) shared

@@ -32,19 +32,25 @@
 // the gateway and clients could load every version, that each rotation
 // converged (Steady, on its root or on a later one that overtook it)
 // before the root it replaced expired, and that the issuing Secret ends on
-// the last root. A run of 10 minutes or more (`make soak`) asserts too
-// that dualca leaks nothing: its resident memory, goroutines and open file
-// descriptors are sampled every 10 s and their slope over the last three
-// quarters of the run is bounded; in such runs a replica is killed only
-// once it has lived through its warm-up and a sixth of the run more
-// (minLife), so that each leaves a stretch long enough to fit its growth
-// over. A shorter run reports the slopes and judges none.
-// It reports API requests per minute and can write docs/soak.md with a
-// timeline plot.
+// the last root, and that every scrape of a replica that lived on
+// succeeded. A run of 10 minutes or more (`make soak`) asserts too that
+// the leader leaks nothing: its resident memory, goroutines and open file
+// descriptors are sampled every 10 s, and their slope over the last three
+// quarters of the run, while it led and past its warm-up, must not reach
+// the chart's memory limit (or the process's open-files limit) from its
+// highest sample within 30 days. The standby holds no controller and is
+// not judged. In such runs a replica is killed only once it has lived
+// through its warm-up and a sixth of the run more (minLife), so that each
+// leaves a stretch long enough to fit its growth over; with
+// -soak.kills=false (`make soak-leaks`) no replica is killed and the
+// leader lives the whole run. A shorter run reports the slopes and judges
+// none. It reports API requests per minute and can write docs/soak.md
+// with a timeline plot.
 //
 // `make test` runs it for 3 minutes with 20 clients (TestSoak's defaults,
 // rotations every 30 s-2 min as in `make soak`), leaks not judged;
-// `make soak DURATION=60m CLIENTS=100` runs it longer and writes the report.
+// `make soak DURATION=60m CLIENTS=100` runs it longer and writes
+// docs/soak.md, `make soak-leaks` the run without kills, docs/soak-leaks.md.
 // The test's flags: -soak.duration, -soak.clients, -soak.lag, -soak.rotate,
-// -soak.faults, -soak.report, -soak.plot.
+// -soak.faults, -soak.kills, -soak.report, -soak.plot.
 package soak

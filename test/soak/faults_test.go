@@ -47,6 +47,15 @@ const (
 	leadershipLost = "leader election lost"
 )
 
+// drawnFaults are the kinds drawn from: every kind, or every kind but the
+// kills when the run has none.
+func drawnFaults() []string {
+	if *kills {
+		return slices.Clone(faultKinds)
+	}
+	return slices.DeleteFunc(slices.Clone(faultKinds), func(k string) bool { return k == killLeader || k == killStandby })
+}
+
 // faults injects a fault at random moments until the end, from a shuffled
 // deck so that every kind comes before any comes twice. It runs in the
 // test's goroutine.
@@ -68,7 +77,7 @@ func (s *soak) faults() {
 			continue
 		}
 		if len(deck) == 0 {
-			deck = slices.Clone(faultKinds)
+			deck = drawnFaults()
 			mrand.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 		}
 		kind := deck[0]

@@ -54,3 +54,61 @@ func TestSpanParsesARange(t *testing.T) {
 		}
 	}
 }
+
+// The leak judge fits the leader alone, after its warm-up, against a bound
+// that is the chart limit's headroom spread over the horizon: a standby's
+// growth is not judged, a leader's growth that would reach the limit
+// within the horizon is a leak, and one that would not is none.
+func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	t0 := time.Now()
+	// proc samples a process every minute for an hour, its RSS
+	// first + perMinute × minutes, leading from leadsAt on (never if < 0).
+	proc := func(pid int, first, perMinute float64, leadsAt int) []resource {
+		var out []resource
+		for i := range 60 {
+			out = append(out, resource{pid: pid, at: t0.Add(time.Duration(i) * time.Minute), rss: first + perMinute*float64(i),
+				goroutines: 100, fds: 20, maxFDs: 1024, leader: leadsAt >= 0 && i >= leadsAt})
+		}
+		return out
+	}
+	limit := 240.0 * mib
+	// A leader at 40 MiB may grow by at most 200 MiB in 30 days: about
+	// 4.7 KiB a minute.
+	perMinuteBound := (limit - 40*mib) / horizon.Minutes()
+	tests := map[string]struct {
+		resources []resource
+		leak      bool
+	}{
+		"a flat leader, a standby growing fast":    {append(proc(1, 40*mib, 0, 0), proc(2, 30*mib, mib, -1)...), false},
+		"a leader growing under the bound":         {proc(1, 40*mib, perMinuteBound/2, 0), false},
+		"a leader growing at twice the bound":      {proc(1, 40*mib, 2*perMinuteBound, 0), true},
+		"a leader over the limit already, flat":    {proc(1, 250*mib, 0, 0), false},
+		"a leader over the limit already, growing": {proc(1, 250*mib, 1024, 0), true},
+		"growth before the lease and its warm-up is no leak": {func() []resource {
+			// It grows 1 MiB a minute until minute 20, takes the lease at
+			// 18 and is judged from 23 on, flat.
+			r := proc(1, 10*mib, 0, 18)
+			for i := range r {
+				r[i].rss += float64(min(i, 20)) * mib
+			}
+			return r
+		}(), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := judgeLeaks(tc.resources, t0.Add(15*time.Minute), 5*time.Minute, limit)
+			if !l.judged() {
+				t.Fatalf("no leader judged: %+v", l)
+			}
+			if l.ok() == tc.leak {
+				t.Errorf("leak %v, want %v: RSS %+.1f B/min (limit %.1f), peak %.1f MiB", !l.ok(), tc.leak, l.rss, l.rssLimit, l.peakRSS/mib)
+			}
+			if l.processes != 1 {
+				t.Errorf("%d processes judged, want the leader alone", l.processes)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/dualca/dualca/test/plotgrid"
+	"github.com/dualca/dualca/test/run"
 )
 
 // write writes the report to path (Markdown) and, with plotPath, the
@@ -36,12 +37,16 @@ func (o *outcome) write(path, plotPath string) error {
 func (o *outcome) markdown(path, plotPath string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	rev, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	w("# Soak run")
+	title, target, extra := "Soak run", "make soak", ""
+	if !*kills {
+		title, target, extra = "Soak run without kills (leaks)", "make soak-leaks", " -soak.kills=false"
+	}
+	w("# %s", title)
 	w("")
 	w("Rotations and faults at random moments, against a gateway and clients that load every Secret version %s late. "+
-		"Written by `TestSoak` (test/soak) with `-soak.duration=%v -soak.clients=%d` (what `make soak DURATION=%v CLIENTS=%d` runs) on commit %s, %s, on the development machine (2 cores, shared).",
-		lag.String(), *duration, len(o.fleet.Clients), *duration, len(o.fleet.Clients), strings.TrimSpace(string(rev)), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+		"Written by `TestSoak` (test/soak) with `-soak.duration=%v -soak.clients=%d%s` (what `%s DURATION=%v CLIENTS=%d` runs), %s, on the development machine (2 cores, shared). "+
+		"dualca measured: %s.",
+		lag.String(), *duration, len(o.fleet.Clients), extra, target, *duration, len(o.fleet.Clients), time.Now().UTC().Format("2006-01-02 15:04 UTC"), measured())
 	w("Two dualca replicas elect a leader; `--trust-propagation-delay=%v`, `--server-switch-grace=%v`, `--issuing-secret=%s/%s`, the Secret the clients' CA Issuer signs with; a root rotation every %s, a fault every %s; each client handshakes every %v. "+
 		"Every failed handshake of a healthy client fails the run: none is excused.",
 		propagationDelay(), switchGrace, namespace, issuingName, rotate.String(), faults.String(), interval)
@@ -81,6 +86,25 @@ func (o *outcome) markdown(path, plotPath string) string {
 		w("| %s | %s | %s |", minutes(e.at.Sub(begin)), e.kind, e.detail)
 	}
 	return b.String()
+}
+
+// measured is the commit of the dualca binary the run measured, from its
+// own `dualca version`, and the test's, when it is another.
+func measured() string {
+	bin, err := run.Binary()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		return "unknown (`dualca version`: " + err.Error() + ")"
+	}
+	line := strings.TrimSpace(string(out))
+	head, _ := exec.Command("git", "rev-parse", "HEAD").Output()
+	if h := strings.TrimSpace(string(head)); h != "" && !strings.Contains(line, "(commit "+h+",") {
+		return fmt.Sprintf("`%s`; this report's test at commit %s", line, h)
+	}
+	return "`" + line + "`"
 }
 
 // roughly rounds d to the hour from an hour on, else to the second.
@@ -131,7 +155,11 @@ func (o *outcome) faultTable(w func(string, ...any)) {
 		w("| %s | %d |", k, o.faults[k])
 	}
 	w("")
-	if minLife() > 0 {
+	if !*kills {
+		w("No replica was killed: the kills are left out of this run's faults, so that the leader lives the whole run.")
+		w("")
+	}
+	if *kills && minLife() > 0 {
 		w("A kill drawn while its replica had lived less than %v was not made (%d times): leak samples come from replicas past their warm-up, for long enough to fit their growth.", minLife(), o.killsSkipped)
 		w("")
 	}
@@ -141,19 +169,27 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 	l := o.leak
 	w("## Leaks")
 	w("")
-	w("Each replica process sampled every %v from its metrics (resident memory, goroutines, open file descriptors). "+
-		"The slope is fitted over the last three quarters of the run within every process at once (each its own intercept: "+
-		"a replica killed and started again begins afresh), leaving out each one's first %v and, for a replica that took the lease, what came before. "+
-		"Bounds: %d MiB, %d goroutines, %d descriptors of growth over the window.", resourcesEvery, warmUp(), rssGrowth>>20, goroutineGrowth, fdGrowth)
+	w("Each replica process sampled every %v from its metrics (resident memory, goroutines, open file descriptors); %d scrapes failed while their replica lived on. "+
+		"Only the leader is judged: the standby holds no controller. The slope is fitted over the last three quarters of the run within every process while it led "+
+		"(each its own intercept: a leader killed and started again begins afresh), leaving out its first %v after it took the lease. "+
+		"Bounds, absolute: the growth per minute that would reach the chart's memory limit (values.yaml) from the highest judged sample within %d days, "+
+		"goroutines counted at %d KiB of that memory each, open files the same against the process's open-files limit.",
+		resourcesEvery, len(o.scrapeFailures), warmUp(), int(horizon.Hours()/24), goroutineCost>>10)
 	w("")
+	for _, f := range o.scrapeFailures {
+		w("- failed scrape: %s", f)
+	}
+	if len(o.scrapeFailures) > 0 {
+		w("")
+	}
 	if !judgesLeaks() {
-		w("Not judged: the run was shorter than %v. For information, over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min (%d processes, %d samples).",
+		w("Not judged: the run was shorter than %v. For information, over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min (%d leader processes, %d samples).",
 			judgeLeaksFrom, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds, l.processes, l.samples)
 		w("")
 		return
 	}
 	if !l.judged() {
-		w("No replica lived long enough in the window to be judged.")
+		w("No leader lived long enough in the window to be judged.")
 		w("")
 		return
 	}
@@ -161,10 +197,21 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 	if !l.ok() {
 		verdict = "**LEAK**"
 	}
-	w("| processes | samples | window | RSS MiB/min (limit) | goroutines/min (limit) | fds/min (limit) | verdict |")
+	w("| leaders | samples | window | RSS KiB/min (limit) | goroutines/min (limit) | fds/min (limit) | verdict |")
 	w("|---|---|---|---|---|---|---|")
-	w("| %d | %d | %v | %+.3f (%.3f) | %+.3f (%.3f) | %+.3f (%.3f) | %s |", l.processes, l.samples, l.window.Round(time.Second),
-		l.rss/(1<<20), l.rssLimit/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit, verdict)
+	w("| %d | %d | %v | %+.2f (%.2f) | %+.4f (%.3f) | %+.4f (%.4f) | %s |", l.processes, l.samples, l.window.Round(time.Second),
+		l.rss/(1<<10), l.rssLimit/(1<<10), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit, verdict)
+	w("")
+	w("The limits come from a peak of %.1f MiB against the chart's limit of %.0f MiB, and %.0f of %.0f open files.",
+		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs)
+	w("")
+	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | goroutines/min |")
+	w("|---|---|---|---|---|---|")
+	begin := o.begin()
+	for _, p := range l.leaders {
+		w("| %d | %d | %s, %s | %.1f, %.1f | %+.2f | %+.4f |", p.pid, p.samples, minutes(p.from.Sub(begin)), minutes(p.to.Sub(begin)),
+			p.rssFrom/(1<<20), p.rssTo/(1<<20), p.rss/(1<<10), p.goroutines)
+	}
 	w("")
 }
 

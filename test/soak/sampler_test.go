@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ type resource struct {
 	rss        float64 // bytes
 	goroutines float64
 	fds        float64
+	maxFDs     float64 // the process's soft limit of open files
 	requests   float64 // API requests since the process started
 	started    time.Time
 	leader     bool // it had acquired the lease
@@ -86,8 +88,14 @@ func (s *soak) sampleTraffic() {
 	s.samples = append(s.samples, smp)
 }
 
+// scrapeGrace is how long a replica whose scrape failed has to be found
+// gone (killed, or exited for a lost lease) for the failure not to count.
+const scrapeGrace = 5 * time.Second
+
 // sampleResources scrapes each replica's metrics: the Go runtime's and the
-// process's collectors, and client-go's request counter.
+// process's collectors, and client-go's request counter. A scrape that
+// fails while its replica lives on is counted: the report states the count
+// and the run fails on any.
 func (s *soak) sampleResources() {
 	s.mu.Lock()
 	replicas := s.replicas
@@ -98,11 +106,16 @@ func (s *soak) sampleResources() {
 		}
 		fams, err := run.Scrape(r.metrics)
 		if err != nil {
-			continue // killed or restarting: the next sample will do
+			if !r.ExitsWithin(scrapeGrace) {
+				s.mu.Lock()
+				s.scrapeFailures = append(s.scrapeFailures, fmt.Sprintf("pid %d: %v", r.Pid, err))
+				s.mu.Unlock()
+			}
+			continue
 		}
 		res := resource{at: time.Now(), replica: i, pid: r.Pid,
 			rss: gauge(fams["process_resident_memory_bytes"]), goroutines: gauge(fams["go_goroutines"]),
-			fds: gauge(fams["process_open_fds"]), requests: counterSum(fams["rest_client_requests_total"]),
+			fds: gauge(fams["process_open_fds"]), maxFDs: gauge(fams["process_max_fds"]), requests: counterSum(fams["rest_client_requests_total"]),
 			started: r.started, leader: strings.Contains(r.Log(), leaseAcquired)}
 		s.mu.Lock()
 		s.resources = append(s.resources, res)

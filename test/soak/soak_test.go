@@ -78,6 +78,9 @@ var (
 	// excused.
 	rotate = span{30 * time.Second, 2 * time.Minute}
 	faults = span{20 * time.Second, 60 * time.Second}
+	// kills off makes the run that judges leaks alone (`make soak-leaks`):
+	// every fault but the kills, so that the leader lives the whole run.
+	kills  = flag.Bool("soak.kills", true, "kill the leader and the standby among the faults")
 	report = flag.String("soak.report", "", "write the report (Markdown) to this file")
 	plotTo = flag.String("soak.plot", "", "write the timeline plot (PNG) to this file")
 )
@@ -136,6 +139,8 @@ type soak struct {
 	deletions int // gateway Secret deletions injected
 	samples   []sample
 	resources []resource
+	// scrapeFailures are the failed scrapes of replicas that lived on.
+	scrapeFailures []string
 	// firstFailures are the healthy clients' first failed attempts, kept
 	// to tell why the run failed (the fleet counts them all).
 	firstFailures []mtls.Failure
