@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,8 +23,8 @@ import (
 // of its own, so no two managers move the same gauge.
 type Metrics struct {
 	serverExpiry   prometheus.Gauge
-	rootExpiry     *prometheus.GaugeVec
-	rootClients    *prometheus.GaugeVec
+	rootExpiry     *gaugeSet
+	rootClients    *gaugeSet
 	bundleRoots    prometheus.Gauge
 	phase          *prometheus.GaugeVec
 	rotationLag    prometheus.Gauge
@@ -31,7 +32,7 @@ type Metrics struct {
 	clientsByState *prometheus.GaugeVec
 	renewals       *prometheus.CounterVec
 	rootValid      prometheus.Gauge
-	strategyInfo   *prometheus.GaugeVec
+	strategyInfo   *gaugeSet
 	syncErrors     *prometheus.CounterVec
 	switchesForced prometheus.Counter
 	lastSync       prometheus.Gauge
@@ -48,9 +49,9 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		serverExpiry: gauge("dualca_server_certificate_expiry_timestamp_seconds",
 			"When the certificate the gateway presents (tls.crt) expires, in Unix seconds."),
-		rootExpiry: gaugeVec("dualca_root_expiry_timestamp_seconds",
+		rootExpiry: newGaugeSet("dualca_root_expiry_timestamp_seconds",
 			"When each root in the gateway's trust bundle expires, in Unix seconds; role is current, server or previous.", "root", "role"),
-		rootClients: gaugeVec("dualca_root_clients",
+		rootClients: newGaugeSet("dualca_root_clients",
 			"Selected clients whose unexpired leaf chains to each root in the bundle, unknown clients (whose certificates dualca cannot see) counted for every root.", "root"),
 		bundleRoots: gauge("dualca_bundle_roots", "Roots in the gateway's trust bundle (ca.crt)."),
 		phase: gaugeVec("dualca_phase",
@@ -68,12 +69,12 @@ func NewMetrics() *Metrics {
 			Help: "Client renewals acted on, by strategy, method (issuing-condition, secret-deletion) and result (triggered, skipped, failed)."},
 			[]string{"strategy", "method", "result"}),
 		rootValid: gauge("dualca_root_valid", "1 when the root Secret holds a usable root, 0 when it is missing or invalid."),
-		strategyInfo: gaugeVec("dualca_strategy_info",
+		strategyInfo: newGaugeSet("dualca_strategy_info",
 			"The active strategy: always 1, with the strategy as a label.", "strategy"),
 		syncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dualca_sync_errors_total",
 			Help: "Reconciles that failed, by reason: root_invalid, conflict, api_error, bundle_too_large (the plan did not fit the budget and was refused, the gateway left as it was)."}, []string{"reason"}),
 		switchesForced: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_server_switch_forced_total",
-			Help: "Server switches made before every client was ready: grace period over, server root expiring, or server credential broken."}),
+			Help: "Server switches made before every client was ready: grace period over, an operator's dualca promote, server root or server certificate about to expire, server chain full (one cross-certificate per rotation the server did not follow, up to the most dualca sends), or server credential missing or changed outside dualca."}),
 		lastSync: gauge("dualca_last_sync_timestamp_seconds",
 			"When the gateway Secret was last found or made in sync with the root, in Unix seconds (not by a refused plan, which leaves it behind)."),
 		tampered: prometheus.NewCounter(prometheus.CounterOpts{Name: "dualca_gateway_tampered_total",
@@ -127,8 +128,7 @@ var allPhases = []string{string(bundle.PhaseBundle), string(bundle.PhaseRenewing
 // that increment from rate() and increase(), so the first renewals after a
 // start would be missing from every graph of them.
 func (m *Metrics) strategy(s Strategy) {
-	m.strategyInfo.Reset()
-	m.strategyInfo.WithLabelValues(s.Name()).Set(1)
+	m.strategyInfo.replace(gaugeValue{1, []string{s.Name()}})
 	for _, result := range []string{renewalTriggered, renewalSkipped, renewalFailed} {
 		m.renewals.WithLabelValues(s.Name(), s.RenewalMethod(), result)
 	}
@@ -157,15 +157,17 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 		roots, _ = bundle.ParseCertificates("ca.crt", d.CAPEM)
 	}
 	m.bundleRoots.Set(float64(len(roots)))
-	m.rootExpiry.Reset()
-	m.rootClients.Reset()
+	expiry := make([]gaugeValue, 0, len(roots))
+	var using []gaugeValue
 	for _, r := range roots {
 		fp := bundle.Fingerprint(r)
-		m.rootExpiry.WithLabelValues(bundle.Short(fp), rootRole(fp, d.State)).Set(float64(r.NotAfter.Unix()))
+		expiry = append(expiry, gaugeValue{float64(r.NotAfter.Unix()), []string{bundle.Short(fp), rootRole(fp, d.State)}})
 		if clients.Tracked {
-			m.rootClients.WithLabelValues(bundle.Short(fp)).Set(float64(clients.Using(r, now)))
+			using = append(using, gaugeValue{float64(clients.Using(r, now)), []string{bundle.Short(fp)}})
 		}
 	}
+	m.rootExpiry.replace(expiry...)
+	m.rootClients.replace(using...)
 	if d.State.Clients != nil {
 		m.clientsByState.WithLabelValues("renewed").Set(float64(d.State.Clients.Renewed))
 		m.clientsByState.WithLabelValues("pending").Set(float64(d.State.Clients.Pending))
@@ -205,27 +207,31 @@ func rootRole(fp string, st bundle.State) string {
 	return "previous"
 }
 
-// rootWatch remembers when dualca first saw each root, for the lag and the
-// propagation time. A process that starts sees the current root for the
-// first time at start: its own start-up is what it measures then.
+// rootWatch remembers when dualca first saw the root it reads now, for the
+// lag and the propagation time: one root at a time, so that a process
+// living through rotation after rotation keeps nothing of the roots
+// before. A root that comes back after another is timed from its return.
+// A process that starts sees the current root for the first time at
+// start: its own start-up is what it measures then.
 type rootWatch struct {
-	metrics  *Metrics
-	mu       sync.Mutex
-	seen     map[string]time.Time
-	observed map[string]bool
+	metrics *Metrics
+	mu      sync.Mutex
+	// root is the fingerprint of the root last read, seen when it was
+	// first read in a row, observed whether its propagation was observed.
+	root     string
+	seen     time.Time
+	observed bool
 }
 
-// saw records the first time fp was read and returns it.
+// saw records that fp was read and returns when it was first read in a
+// row.
 func (w *rootWatch) saw(fp string, now time.Time) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.seen == nil {
-		w.seen, w.observed = map[string]time.Time{}, map[string]bool{}
+	if fp != w.root {
+		w.root, w.seen, w.observed = fp, now, false
 	}
-	if _, ok := w.seen[fp]; !ok {
-		w.seen[fp] = now
-	}
-	return w.seen[fp]
+	return w.seen
 }
 
 // reflected records that the gateway now reflects fp: the propagation time
@@ -233,8 +239,8 @@ func (w *rootWatch) saw(fp string, now time.Time) time.Time {
 func (w *rootWatch) reflected(fp string, now time.Time) {
 	since := w.saw(fp, now)
 	w.mu.Lock()
-	first := !w.observed[fp]
-	w.observed[fp] = true
+	first := !w.observed
+	w.observed = true
 	w.mu.Unlock()
 	if first {
 		w.metrics.propagation.Observe(now.Sub(since).Seconds())
@@ -245,4 +251,44 @@ func (w *rootWatch) reflected(fp string, now time.Time) {
 // behind records that the gateway does not reflect fp yet.
 func (w *rootWatch) behind(fp string, now time.Time) {
 	w.metrics.rotationLag.Set(now.Sub(w.saw(fp, now)).Seconds())
+}
+
+// gaugeSet is a family of gauges replaced as a whole, whose series come
+// and go with what they describe (the roots of the bundle): a scrape sees
+// the set before a replacement or after it, never a part of it or none,
+// as it could between a GaugeVec's Reset and its next Set.
+type gaugeSet struct {
+	desc   *prometheus.Desc
+	series atomic.Pointer[[]prometheus.Metric]
+}
+
+func newGaugeSet(name, help string, labels ...string) *gaugeSet {
+	return &gaugeSet{desc: prometheus.NewDesc(name, help, labels, nil)}
+}
+
+// Describe sends the family's description, for prometheus.Collector.
+func (s *gaugeSet) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+
+// Collect sends the series of the last replace, for prometheus.Collector.
+func (s *gaugeSet) Collect(ch chan<- prometheus.Metric) {
+	if p := s.series.Load(); p != nil {
+		for _, m := range *p {
+			ch <- m
+		}
+	}
+}
+
+// gaugeValue is one series of a gaugeSet: its value and label values.
+type gaugeValue struct {
+	value  float64
+	labels []string
+}
+
+// replace makes values the family's series, in one step.
+func (s *gaugeSet) replace(values ...gaugeValue) {
+	series := make([]prometheus.Metric, 0, len(values))
+	for _, v := range values {
+		series = append(series, prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, v.value, v.labels...))
+	}
+	s.series.Store(&series)
 }

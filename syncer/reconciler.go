@@ -102,6 +102,7 @@ func (m *statusMap) promoteSet() bool {
 // attempt is one pass of root → gateway → clients → plan → write; a
 // conflict on the write makes Reconcile try again from fresh reads.
 func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
+	began := r.clock.Now()
 	rootFrom, fresh := r.store.source(attempt)
 	root, rootObj, err := r.store.readRoot(ctx, rootFrom)
 	if err != nil {
@@ -128,8 +129,13 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	// After the targets: the gateway is told of a root before the issuing
 	// Secret signs with it.
-	p.issued, err = r.store.syncIssuing(ctx, fresh, p.decision, root)
-	return p, err
+	if p.issued, err = r.store.syncIssuing(ctx, fresh, p.decision, root); err != nil {
+		return p, err
+	}
+	if fresh {
+		r.store.polled(began)
+	}
+	return p, nil
 }
 
 // clientEventWait is how long a client's change waits before it starts a

@@ -176,26 +176,23 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 func (r *Report) readRoot(ctx context.Context, c client.Reader, key types.NamespacedName, st bundle.State, now time.Time) (*bundle.Root, error) {
 	var usable *bundle.Root
 	r.Root = &RootStatus{Secret: key.String()}
-	s := &corev1.Secret{}
-	err := c.Get(ctx, key, s)
+	s, err := getRoot(ctx, c, key)
+	var root *bundle.Root
+	if err == nil {
+		root, err = bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
+	}
+	var invalid *bundle.InvalidError
 	switch {
-	case apierrors.IsNotFound(err):
-		r.Root.Reason = "root secret not found"
+	case errors.As(err, &invalid):
+		r.Root.Reason = invalid.Error()
+	case err != nil && s == nil:
+		return nil, err
 	case err != nil:
-		return nil, fmt.Errorf("reading root secret %s: %w", key, err)
+		r.Root.Reason = err.Error()
 	default:
-		root, err := bundle.ValidateRoot(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Data[caKey], now)
-		var invalid *bundle.InvalidError
-		switch {
-		case errors.As(err, &invalid):
-			r.Root.Reason = invalid.Error()
-		case err != nil:
-			r.Root.Reason = err.Error()
-		default:
-			r.Root.Valid, r.Root.Fingerprint, usable = true, bundle.Short(root.Fingerprint), root
-			if root.Fingerprint != st.Root {
-				r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
-			}
+		r.Root.Valid, r.Root.Fingerprint, usable = true, bundle.Short(root.Fingerprint), root
+		if root.Fingerprint != st.Root {
+			r.Attention = append(r.Attention, "the gateway does not reflect the current root "+bundle.Short(root.Fingerprint)+" yet")
 		}
 	}
 	if !r.Root.Valid {

@@ -130,31 +130,48 @@ func notOwnWrite[T client.Object](t *targetState) predicate.TypedPredicate[T] {
 // version than the one dualca last read or wrote is read again from the
 // API server; a write decided from a target that changed meanwhile fails
 // on its resourceVersion and is retried fresh.
+//
+// A poll counts once the attempt that made it read and wrote all it had to
+// (polled): one whose reads failed leaves the next reconcile to poll
+// again, so a watch lost meanwhile is still repaired within one interval.
 func (s *gatewayStore) source(attempt int) (root client.Reader, fresh bool) {
 	if s.rootCache == nil || attempt > 0 || s.clock.Since(s.lastPoll) >= s.pollInterval*9/10 {
-		s.lastPoll = s.clock.Now()
 		return s.api, true
 	}
 	return s.rootCache, false
 }
 
+// polled records a poll that started at began and succeeded.
+func (s *gatewayStore) polled(began time.Time) { s.lastPoll = began }
+
 // readRoot returns the validated root, read through from. Any reason the
 // root cannot be used is an *bundle.InvalidError; the Secret is returned
 // when it exists, so an event can point at it.
 func (s *gatewayStore) readRoot(ctx context.Context, from client.Reader) (*bundle.Root, *corev1.Secret, error) {
-	key := s.rootKey
-	obj := &corev1.Secret{}
-	if err := from.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil, &bundle.InvalidError{Reason: "root secret " + key.String() + " not found"}
-		}
-		return nil, nil, fmt.Errorf("reading root secret %s: %w", key, err)
-	}
-	if obj.Type != corev1.SecretTypeTLS {
-		return nil, obj, &bundle.InvalidError{Reason: fmt.Sprintf("root secret has type %q, want %q", obj.Type, corev1.SecretTypeTLS)}
+	obj, err := getRoot(ctx, from, s.rootKey)
+	if err != nil {
+		return nil, obj, err
 	}
 	root, err := s.validateRoot(obj.Data[corev1.TLSCertKey], obj.Data[corev1.TLSPrivateKeyKey], obj.Data[caKey])
 	return root, obj, err
+}
+
+// getRoot reads the root Secret at key, for the controller and for
+// `dualca status` alike: an absent Secret, or one of another type than
+// kubernetes.io/tls, is an *bundle.InvalidError (with the Secret, when it
+// exists); its fields are for bundle.ValidateRoot to judge.
+func getRoot(ctx context.Context, from client.Reader, key types.NamespacedName) (*corev1.Secret, error) {
+	obj := &corev1.Secret{}
+	if err := from.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &bundle.InvalidError{Reason: "root secret " + key.String() + " not found"}
+		}
+		return nil, fmt.Errorf("reading root secret %s: %w", key, err)
+	}
+	if obj.Type != corev1.SecretTypeTLS {
+		return obj, &bundle.InvalidError{Reason: fmt.Sprintf("root secret has type %q, want %q", obj.Type, corev1.SecretTypeTLS)}
+	}
+	return obj, nil
 }
 
 // validateRoot is bundle.ValidateRoot of the root Secret's fields as of

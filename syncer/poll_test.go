@@ -1,0 +1,99 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/dualca/dualca/bundle"
+)
+
+// rootSecret is the root Secret at key holding r, of type typ.
+func rootSecret(key types.NamespacedName, r *bundle.Root, typ corev1.SecretType) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Type: typ,
+		Data: map[string][]byte{corev1.TLSCertKey: r.CertPEM, corev1.TLSPrivateKeyKey: r.KeyPEM, caKey: r.CertPEM}}
+}
+
+// TestAFailedPollIsNoPoll: the poll reads root and targets from the API
+// server, which is what repairs a lost watch. A poll whose reads failed
+// must not count as one: the next reconcile polls again, not the one a
+// whole interval later. One that succeeded counts from when it began.
+func TestAFailedPollIsNoPoll(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := newRotation(t)
+	clk := clocktesting.NewFakeClock(rt.now)
+	failGateway := false
+	api := interceptor.NewClient(fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if failGateway && key == rt.gateway {
+				return errors.New("the API server is away")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	cache := fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build()
+	const poll = time.Minute
+	store := &gatewayStore{targets: combined(), api: api, writer: api, rootCache: cache, rootKey: rt.rootK, clock: clk, pollInterval: poll,
+		parsed: bundle.NewParsed(), record: &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}, api: api, writer: api}}
+	m := NewMetrics()
+	r := &Reconciler{store: store, strategy: &zeroDowntime{timings: rt.timings, clock: clk}, clock: clk,
+		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+	fresh := func() bool {
+		_, f := store.source(0)
+		return f
+	}
+
+	g.Expect(fresh()).To(BeTrue(), "the first reconcile polls")
+	failGateway = true
+	_, err := r.attempt(ctx, 0)
+	g.Expect(err).To(MatchError(ContainSubstring("the API server is away")))
+	clk.Step(time.Second)
+	g.Expect(fresh()).To(BeTrue(), "a poll whose reads failed is no poll: the next reconcile polls again")
+
+	failGateway = false
+	began := clk.Now()
+	_, err = r.attempt(ctx, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fresh()).To(BeFalse(), "a poll that succeeded counts: the reconciles until the next read the caches")
+	clk.SetTime(began.Add(poll * 9 / 10))
+	g.Expect(fresh()).To(BeTrue(), "the next poll is due an interval (less its jitter) after the last began")
+	_, f := store.source(1)
+	g.Expect(f).To(BeTrue(), "a retry after a conflict always reads fresh")
+}
+
+// TestStatusJudgesTheRootAsTheControllerDoes: `dualca status` reads the
+// root Secret with the controller's own reader, so a root the controller
+// refuses (here: valid PEM in a Secret that is not of type
+// kubernetes.io/tls) is not reported valid.
+func TestStatusJudgesTheRootAsTheControllerDoes(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := newRotation(t)
+	for typ, valid := range map[corev1.SecretType]bool{corev1.SecretTypeTLS: true, corev1.SecretTypeOpaque: false} {
+		c := fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, typ),
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: rt.gateway.Namespace, Name: rt.gateway.Name}}).Build()
+		store := &gatewayStore{rootKey: rt.rootK, clock: clocktesting.NewFakePassiveClock(rt.now)}
+		_, _, controllerErr := store.readRoot(ctx, c)
+		g.Expect(controllerErr == nil).To(Equal(valid), "the controller takes a root in a Secret of type %q: %v", typ, controllerErr)
+
+		r, err := Status(ctx, c, StatusOptions{GatewaySecret: rt.gateway, RootSecret: rt.rootK}, rt.now)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Root.Valid).To(Equal(valid), "status calls valid a root in a Secret of type %q: %+v", typ, r.Root)
+		if !valid {
+			g.Expect(r.Root.Reason).To(Equal(controllerErr.Error()), "status gives the controller's reason")
+		}
+	}
+}
