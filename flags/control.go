@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -97,17 +99,50 @@ func usage(fs *flag.FlagSet, line, help string, gone map[string]bool) func() {
 	}
 }
 
+// UsageError is a command line a command cannot run, or a request for
+// its help (wrapping flag.ErrHelp): what is wrong, and the command's
+// usage, for the command to print after it. The flag package itself
+// prints nothing: one message, then the usage.
+type UsageError struct {
+	Err   error
+	Usage string
+}
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// newFlagSet is a FlagSet that prints nothing of its own: its errors and
+// usage reach the command through a UsageError.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// withUsage is err, if any, with the usage fs.Usage prints.
+func withUsage(fs *flag.FlagSet, err error) error {
+	if err == nil {
+		return nil
+	}
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.Usage()
+	fs.SetOutput(io.Discard)
+	return &UsageError{Err: err, Usage: b.String()}
+}
+
 // ParseControl parses the flags of an operator control command. It never
-// touches the cluster.
+// touches the cluster. Its errors are *UsageError.
 func ParseControl(name, help string, args []string) (Control, error) {
 	var c Control
 	var t target
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	fs.Usage = usage(fs, name+" --status-configmap=NAMESPACE/NAME", help, nil)
 	t.addFlags(fs)
 	config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, withUsage(fs, err)
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -115,7 +150,7 @@ func ParseControl(name, help string, args []string) (Control, error) {
 	}
 	key, err := t.key()
 	c.StatusConfigMap = key
-	return c, errors.Join(append(errs, err)...)
+	return c, withUsage(fs, errors.Join(append(errs, err)...))
 }
 
 // statusHelp is what `dualca status --help` says.
@@ -130,7 +165,7 @@ them), 2 on bad flags or when the ConfigMap cannot be read.`
 func ParseStatus(name string, args []string) (Status, error) {
 	s := Status{StalledAfter: time.Hour, Output: "text"}
 	var t target
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	gone := removed(fs, "dualca status reads only the status ConfigMap dualca publishes (--status-configmap, or --gateway-secret for the default), never a Secret",
 		"root-secret", "client-selector", "client-namespaces")
 	fs.Usage = usage(fs, name+" --status-configmap=NAMESPACE/NAME [-o json]", statusHelp, gone)
@@ -139,7 +174,7 @@ func ParseStatus(name string, args []string) (Status, error) {
 	fs.StringVar(&s.Output, "o", s.Output, "Output: text or json.")
 	config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return s, err
+		return s, withUsage(fs, err)
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -148,7 +183,7 @@ func ParseStatus(name string, args []string) (Status, error) {
 	key, err := t.key()
 	s.StatusConfigMap = key
 	errs = append(errs, err, s.Validate())
-	return s, errors.Join(errs...)
+	return s, withUsage(fs, errors.Join(errs...))
 }
 
 // Validate checks the options of `dualca status` other than the ConfigMap

@@ -118,10 +118,11 @@ func (o *Options) addOwnFlags(fs *flag.FlagSet) {
 
 // Parse registers the flags on a fresh FlagSet, parses args, turns the
 // string flags into typed options and validates the result, reporting every
-// problem at once. It never touches the cluster.
+// problem at once. It never touches the cluster, and prints nothing: the
+// command prints the error, then its usage.
 func Parse(name string, args []string) (Options, error) {
 	o := Defaults()
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -35,11 +34,8 @@ func control(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		return code
 	}
 	f, err := flags.ParseControl("dualca "+cmd, controlHelp[cmd], args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return fail(2, "invalid flags:", err)
+	if code, done := parsed("dualca "+cmd, err, 0, 2, stdout, stderr); done {
+		return code
 	}
 	c, err := controlClient()
 	if err != nil {

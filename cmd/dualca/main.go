@@ -8,11 +8,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -40,6 +42,10 @@ Usage:
 Flags of run:
 `
 
+// signals is the context SIGTERM and SIGINT cancel, set up once per
+// process (controller-runtime's handler may be set up only once).
+var signals = sync.OnceValue(ctrl.SetupSignalHandler)
+
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -56,15 +62,11 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "run":
-		if err := run(ctrl.SetupSignalHandler(), args); err != nil {
-			_, _ = fmt.Fprintln(stderr, "dualca:", err)
-			return 1
-		}
-		return 0
+		return exitOf(run(signals(), args), stdout, stderr)
 	case "status":
-		return status(ctrl.SetupSignalHandler(), args, stdout, stderr)
+		return status(signals(), args, stdout, stderr)
 	case "pause", "resume", "promote":
-		return control(ctrl.SetupSignalHandler(), cmd, args, stdout, stderr)
+		return control(signals(), cmd, args, stdout, stderr)
 	case "version":
 		_, _ = fmt.Fprintln(stdout, currentBuild())
 		return 0
@@ -75,6 +77,48 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "dualca: unknown command %q: want run, status, pause, resume, promote, version or help (dualca --help)\n", cmd)
 		return 2
 	}
+}
+
+// exitOf is run's exit code for err: 0 when it ended well or printed its
+// help (on stdout); 2 for a command line it cannot run, its error first,
+// then the usage; 1 for any other failure.
+func exitOf(err error, stdout, stderr io.Writer) int {
+	var bad *flags.UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return 0
+	case errors.As(err, &bad):
+		_, _ = fmt.Fprintf(stderr, "dualca: invalid flags: %v\n\n", bad.Err)
+		printUsage(stderr)
+		return 2
+	}
+	_, _ = fmt.Fprintln(stderr, "dualca:", err)
+	return 1
+}
+
+// parsed ends a command whose flags did not parse (done): with its help on
+// stdout and exit ok when that was asked, else with the error and then the
+// usage on stderr, and exit bad. It lets the command go on when err is nil.
+func parsed(cmd string, err error, ok, bad int, stdout, stderr io.Writer) (code int, done bool) {
+	if err == nil {
+		return 0, false
+	}
+	var usage *flags.UsageError
+	hasUsage := errors.As(err, &usage)
+	if errors.Is(err, flag.ErrHelp) {
+		if hasUsage {
+			_, _ = io.WriteString(stdout, usage.Usage)
+		}
+		return ok, true
+	}
+	_, _ = fmt.Fprintf(stderr, "%s: invalid flags: %v\n", cmd, err)
+	if hasUsage {
+		_, _ = fmt.Fprintf(stderr, "\n%s", usage.Usage)
+	}
+	return bad, true
 }
 
 func isHelp(arg string) bool {

@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"os"
 
 	"github.com/go-logr/zapr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,15 +15,16 @@ import (
 )
 
 // run parses and validates the flags before anything touches the cluster,
-// then runs the manager until ctx ends.
+// then runs the manager until ctx ends. A command line it cannot run (or
+// --help) is a *flags.UsageError.
 func run(ctx context.Context, args []string) error {
 	opts, err := flags.Parse("dualca", args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
-		return fmt.Errorf("invalid flags: %w", err)
+		// dispatch prints the error, then the usage (or the usage alone for
+		// --help).
+		return &flags.UsageError{Err: err}
 	}
+	humanLogs(&opts.Zap, isTerminal(os.Stderr))
 	logger := zapr.NewLogger(ctrlzap.NewRaw(ctrlzap.UseFlagOptions(&opts.Zap)))
 	ctrl.SetLogger(logger)
 	build := currentBuild()
@@ -52,4 +52,19 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// humanLogs has dualca log lines a person reads when it writes to a
+// terminal and --zap-encoder did not choose: console lines, not the JSON a
+// log collector wants from a pod.
+func humanLogs(o *ctrlzap.Options, terminal bool) {
+	if terminal && o.NewEncoder == nil && o.Encoder == nil {
+		ctrlzap.ConsoleEncoder()(o)
+	}
+}
+
+// isTerminal tells whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -29,11 +27,8 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusError
 	}
 	f, err := flags.ParseStatus("dualca status", args)
-	if errors.Is(err, flag.ErrHelp) {
-		return statusOK
-	}
-	if err != nil {
-		return fail("invalid flags:", err)
+	if code, done := parsed("dualca status", err, statusOK, statusError, stdout, stderr); done {
+		return code
 	}
 	c, err := controlClient()
 	if err != nil {
