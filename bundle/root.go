@@ -128,10 +128,11 @@ func ValidateRoot(certPEM, keyPEM, caPEM []byte, now time.Time) (*Root, error) {
 }
 
 // KeyMatches reports whether keyPEM is the private key of the first
-// certificate in certPEM; it is used to validate the gateway's server pair.
-// Both inputs are parsed as strictly as in ValidateRoot, so malformed input
-// is reported as not matching: a pair we would not accept as a root is not
-// one we should vouch for either.
+// certificate in certPEM. The decisions check a pair as they parse it;
+// KeyMatches is for the tests and harnesses that check what dualca wrote
+// (the model test's invariant 5, the integration suite's gateway). Both
+// inputs are parsed as strictly as in ValidateRoot, so malformed input is
+// reported as not matching.
 func KeyMatches(certPEM, keyPEM []byte) bool {
 	certs, err := ParseCertificates("tls.crt", certPEM)
 	if err != nil {

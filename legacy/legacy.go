@@ -28,8 +28,8 @@ import (
 // root fingerprint and client progress are recorded, so that switching back
 // to zero-downtime adopts this Secret as a fresh start; the operator's
 // pause and promote are kept as found, not obeyed. Renew lists the
-// clients whose Secret holds a leaf not issued by the root: the syncer
-// deletes those Secrets. A client whose credential dualca cannot see
+// clients whose Secret holds a leaf not issued by the root: Strategy.Renew,
+// which the syncer's renewer calls for each, deletes those Secrets. A client whose credential dualca cannot see
 // (bundle.Client.Unknown) is never among them.
 func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time.Time) bundle.Decision {
 	d := bundle.Decision{

@@ -232,8 +232,10 @@ func (r *Report) addStalled(stalledAfter time.Duration, now time.Time) {
 	}
 }
 
-// ReadClients reads the selected clients through any reader: the cache in
-// the syncer, the API server in `dualca status`.
+// ReadClients reads the selected clients through c as the controller's
+// tracker does, for Status (the demo's report, read through its cache).
+// `dualca status` reads no client: it reads the status ConfigMap alone
+// (ReadStatus).
 func ReadClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
 	t := &clientTracker{reader: c, selection: selection, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
