@@ -87,16 +87,19 @@ func exitOf(err error, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout)
-		return 0
 	case errors.As(err, &bad):
-		_, _ = fmt.Fprintf(stderr, "dualca: invalid flags: %v\n\n", bad.Err)
-		printUsage(stderr)
-		return 2
+		code, _ := parsed("dualca", err, 0, 2, stdout, stderr)
+		return code
 	}
 	_, _ = fmt.Fprintln(stderr, "dualca:", err)
 	return 1
+}
+
+// usageText is printUsage's text.
+func usageText() string {
+	var b strings.Builder
+	printUsage(&b)
+	return b.String()
 }
 
 // parsed ends a command whose flags did not parse (done): with its help on

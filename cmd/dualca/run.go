@@ -22,7 +22,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		// dispatch prints the error, then the usage (or the usage alone for
 		// --help).
-		return &flags.UsageError{Err: err}
+		return &flags.UsageError{Err: err, Usage: usageText()}
 	}
 	humanLogs(&opts.Zap, isTerminal(os.Stderr))
 	logger := zapr.NewLogger(ctrlzap.NewRaw(ctrlzap.UseFlagOptions(&opts.Zap)))
