@@ -157,8 +157,9 @@ func ParseControl(name, help string, args []string) (Control, error) {
 const statusHelp = `Shows the status dualca publishes in its status ConfigMap: the roots in the gateway's bundle,
 the phase, client renewals, what comes next and when, and how old the status is. Reads that
 one ConfigMap and no Secret: the operator Role is all it needs. Exits 0 when all is well,
-1 when something needs attention (a status older than three poll intervals, or none, among
-them), 2 on bad flags or when the ConfigMap cannot be read.`
+1 when something needs attention (among them a status dualca should have replaced more than
+three poll intervals ago, by what it says comes next, or none), 2 on bad flags or when the
+ConfigMap cannot be read.`
 
 // ParseStatus parses the flags of `dualca status`. It never touches the
 // cluster.

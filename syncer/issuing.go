@@ -59,11 +59,11 @@ func issuingTarget(key types.NamespacedName) target {
 
 // syncIssuing applies the issuing rule after d is written to the targets:
 // the gateway trusts a root before the issuing Secret signs with it.
-func (s *gatewayStore) syncIssuing(ctx context.Context, fresh bool, d bundle.Decision, root *bundle.Root) (issued, error) {
+func (s *gatewayStore) syncIssuing(ctx context.Context, how reading, d bundle.Decision, root *bundle.Root) (issued, error) {
 	if s.issuing == nil {
 		return issued{}, nil
 	}
-	found, err := s.readTarget(ctx, s.issuing, fresh)
+	found, err := s.readTarget(ctx, s.issuing, how == retrying)
 	if err != nil {
 		return issued{}, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -51,8 +52,8 @@ func TestAFailedPollIsNoPoll(t *testing.T) {
 	r := &Reconciler{store: store, strategy: &zeroDowntime{timings: rt.timings, clock: clk}, clock: clk,
 		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
 	fresh := func() bool {
-		_, f := store.source(0)
-		return f
+		_, how := store.source(0)
+		return how.fresh()
 	}
 
 	g.Expect(fresh()).To(BeTrue(), "the first reconcile polls")
@@ -69,8 +70,63 @@ func TestAFailedPollIsNoPoll(t *testing.T) {
 	g.Expect(fresh()).To(BeFalse(), "a poll that succeeded counts: the reconciles until the next read the caches")
 	clk.SetTime(began.Add(poll * 9 / 10))
 	g.Expect(fresh()).To(BeTrue(), "the next poll is due an interval (less its jitter) after the last began")
-	_, f := store.source(1)
-	g.Expect(f).To(BeTrue(), "a retry after a conflict always reads fresh")
+	_, how := store.source(1)
+	g.Expect(how).To(Equal(retrying), "a retry after a conflict always reads fresh")
+}
+
+// TestAPollReadsTheRootAndTheGatewayAlone: at rest dualca sends the poll's
+// two reads and nothing else (the product's at-rest contract). Its record
+// is read once, then known from its own writes; a record deleted meanwhile
+// makes the write that finds it gone fail as a conflict, and the retry
+// reads it again from the API server.
+func TestAPollReadsTheRootAndTheGatewayAlone(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt := newRotation(t)
+	clk := clocktesting.NewFakeClock(rt.now)
+	var gets []types.NamespacedName
+	api := interceptor.NewClient(fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets = append(gets, key)
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	const poll = time.Minute
+	recordKey := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}
+	store := &gatewayStore{targets: combined(), api: api, writer: api, rootKey: rt.rootK, clock: clk, pollInterval: poll,
+		parsed: bundle.NewParsed(), record: &record{key: recordKey, api: api, writer: api}}
+	m := NewMetrics()
+	r := &Reconciler{store: store, strategy: &zeroDowntime{timings: rt.timings, clock: clk}, clock: clk,
+		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+
+	_, err := r.attempt(ctx, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gets).To(ConsistOf(rt.rootK, recordKey, rt.gateway), "the first reconcile reads the record once")
+	for range 3 {
+		gets = nil
+		clk.Step(poll)
+		_, err = r.attempt(ctx, 0)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(gets).To(ConsistOf(rt.rootK, rt.gateway), "a poll at rest: the root and the gateway, nothing else")
+	}
+
+	// The record deleted behind dualca's back, then a new root: the write
+	// that finds the record gone is a conflict, and the retry reads it.
+	g.Expect(api.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: recordKey.Namespace, Name: recordKey.Name}})).To(Succeed())
+	root := &corev1.Secret{}
+	g.Expect(api.Get(ctx, rt.rootK, root)).To(Succeed())
+	root.Data = rootSecret(rt.rootK, rt.r2, corev1.SecretTypeTLS).Data
+	g.Expect(api.Update(ctx, root)).To(Succeed())
+	clk.Step(poll)
+	_, err = r.attempt(ctx, 0)
+	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the record gone: %v", err)
+	gets = nil
+	_, err = r.attempt(ctx, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(gets).To(ContainElement(recordKey), "the retry reads the record again")
+	rec := &corev1.Secret{}
+	g.Expect(api.Get(ctx, recordKey, rec)).To(Succeed(), "and writes it back")
 }
 
 // TestStatusJudgesTheRootAsTheControllerDoes: `dualca status` reads the

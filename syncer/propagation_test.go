@@ -221,7 +221,7 @@ func TestTheTargetsAreWrittenBeforeTheRecord(t *testing.T) {
 			parsed: bundle.NewParsed(), record: &record{key: recKey, api: c, writer: c}}
 	}
 	write := func(s *gatewayStore, d bundle.Decision, root *bundle.Root) (written, gatewayRead, error) {
-		read, err := s.readGateway(ctx, true)
+		read, err := s.readGateway(ctx, retrying)
 		g.Expect(err).NotTo(HaveOccurred())
 		w, err := s.write(ctx, read, d, root)
 		return w, read, err

@@ -103,14 +103,14 @@ func (m *statusMap) promoteSet() bool {
 // conflict on the write makes Reconcile try again from fresh reads.
 func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	began := r.clock.Now()
-	rootFrom, fresh := r.store.source(attempt)
+	rootFrom, how := r.store.source(attempt)
 	root, rootObj, err := r.store.readRoot(ctx, rootFrom)
 	if err != nil {
 		return pass{}, r.report.invalidRoot(ctx, rootObj, err)
 	}
 	p := pass{rootFP: root.Fingerprint}
 	r.report.rootSeen(root.Fingerprint, r.clock.Now())
-	gateway, err := r.store.readGateway(ctx, fresh)
+	gateway, err := r.store.readGateway(ctx, how)
 	if err != nil {
 		return p, err
 	}
@@ -129,10 +129,10 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	}
 	// After the targets: the gateway is told of a root before the issuing
 	// Secret signs with it.
-	if p.issued, err = r.store.syncIssuing(ctx, fresh, p.decision, root); err != nil {
+	if p.issued, err = r.store.syncIssuing(ctx, how, p.decision, root); err != nil {
 		return p, err
 	}
-	if fresh {
+	if how.fresh() {
 		r.store.polled(began)
 	}
 	return p, nil

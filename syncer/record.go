@@ -157,9 +157,12 @@ func (r *record) known(rec *corev1.Secret) []*x509.Certificate {
 	return r.roots
 }
 
-// read returns the record, from the API server when fresh or never read.
-func (r *record) read(ctx context.Context, fresh bool) (*corev1.Secret, error) {
-	if r.loaded && !fresh {
+// read returns the record, from the API server when again or never read:
+// only dualca writes it (one leader at a time), so its own writes tell it
+// what the record holds, and a write that finds the record changed or
+// gone fails and makes the next attempt read it again.
+func (r *record) read(ctx context.Context, again bool) (*corev1.Secret, error) {
+	if r.loaded && !again {
 		return r.last, nil
 	}
 	obj := &corev1.Secret{}
@@ -191,6 +194,10 @@ func (r *record) write(ctx context.Context, ts []*targetState, digests, meant ma
 		}
 	} else {
 		err = r.writer.Update(ctx, rec)
+		if apierrors.IsNotFound(err) {
+			r.loaded = false // deleted since dualca read or wrote it: read it again
+			return apierrors.NewConflict(corev1.Resource("secrets"), rec.Name, err)
+		}
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) {

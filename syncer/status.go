@@ -71,9 +71,10 @@ type Report struct {
 	Next *Next `json:"next,omitempty"`
 	// Attention lists what needs an operator; empty when all is well.
 	Attention []string `json:"attention"`
-	// ObservedAt is when dualca last published the report, by its clock;
-	// PollInterval is how often it publishes at the latest. Both are nil
-	// or "" in a report made from the Secrets (Status).
+	// ObservedAt is when dualca last published the report (it publishes
+	// when what the report says changes), by its clock; PollInterval is
+	// its poll interval. Both are nil or "" in a report made from the
+	// Secrets (Status).
 	ObservedAt   *time.Time `json:"observedAt,omitempty"`
 	PollInterval string     `json:"pollInterval,omitempty"`
 
@@ -282,7 +283,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if r.age > 0 {
 			ago = " (" + r.age.Round(time.Second).String() + " ago)"
 		}
-		_, _ = fmt.Fprintf(tw, "observed\t%s%s\n", r.ObservedAt.UTC().Format(time.RFC3339), ago)
+		_, _ = fmt.Fprintf(tw, "published\t%s%s\n", r.ObservedAt.UTC().Format(time.RFC3339), ago)
 	}
 	_ = tw.Flush() // its errors are p's, kept in p.err
 	_, _ = fmt.Fprintln(p)
@@ -351,9 +352,11 @@ func dash(s string) string {
 	return s
 }
 
-// staleAfterPolls is how many of dualca's poll intervals a published
-// report may age before `dualca status` says dualca stopped publishing:
-// dualca publishes at every poll at the latest.
+// staleAfterPolls is how many of dualca's poll intervals may pass after
+// the moment a report says dualca acts next before `dualca status` says
+// dualca stopped publishing: dualca reconciles at that moment at the
+// latest, and the decision then differs from the one published (that
+// moment is past), so a running dualca publishes again.
 const staleAfterPolls = 3
 
 // defaultPollInterval is the poll interval a report that names none is
@@ -390,21 +393,28 @@ func ReadStatus(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.N
 	return r, nil
 }
 
-// addStale says when the report is older than staleAfterPolls poll
-// intervals: dualca stopped publishing, and what it says may be past.
+// addStale says when the report is stale: dualca was due to act more
+// than staleAfterPolls poll intervals ago, by the report's own next step,
+// and published nothing since. dualca publishes a report when what it says
+// changes, not to show it is alive (at rest it writes nothing), so a report
+// with no next step (a steady gateway) is never called stale.
 func (r *Report) addStale(now time.Time) {
 	if r.ObservedAt == nil {
 		r.Attention = append(r.Attention, "the status carries no observedAt: it was not published by this dualca")
 		return
 	}
 	r.age = max(now.Sub(*r.ObservedAt), 0)
+	if r.Next == nil || len(r.Next.Upcoming) == 0 {
+		return
+	}
 	poll, err := time.ParseDuration(r.PollInterval)
 	if err != nil || poll <= 0 {
 		poll = defaultPollInterval
 	}
-	if limit := staleAfterPolls * poll; r.age > limit {
-		r.Attention = append(r.Attention, fmt.Sprintf("status published %s ago, more than %d poll intervals (%s): is dualca running, and leading?",
-			r.age.Round(time.Second), staleAfterPolls, poll))
+	due := r.Next.Upcoming[0]
+	if late := now.Sub(due.At); late > staleAfterPolls*poll {
+		r.Attention = append(r.Attention, fmt.Sprintf("dualca was due %s ago (%s) and has published nothing since, more than %d poll intervals (%s): is dualca running, and leading?",
+			late.Round(time.Second), due.What, staleAfterPolls, poll))
 	}
 }
 

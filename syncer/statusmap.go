@@ -66,8 +66,6 @@ type statusMap struct {
 	clock  clock.PassiveClock
 	poll   time.Duration
 
-	// lastPoll is when the ConfigMap was last read from the API server.
-	lastPoll time.Time
 	// read is the ConfigMap as controls last found it or a publish left
 	// it; nil when missing. Never modified once stored.
 	read atomic.Pointer[corev1.ConfigMap]
@@ -99,13 +97,15 @@ func newStatusMap(o Options, api client.Reader, cache client.Reader, writer clie
 }
 
 // controls reads the operator's controls: the pause and promote
-// annotations of the ConfigMap as found; "" each when it is missing. The
-// poll reads from the API server, as the gateway's store does; between
-// polls the cache, whose events started the reconcile.
+// annotations of the ConfigMap as found; "" each when it is missing. It
+// reads the cache, whose events start a reconcile at every change of a
+// control (and whose reflector lists again whenever its watch ends), or
+// the API server when there is no cache: the poll's requests are the root's
+// and the gateway's alone.
 func (m *statusMap) controls(ctx context.Context) (paused, promote string, err error) {
 	from := m.cache
-	if from == nil || m.clock.Since(m.lastPoll) >= m.poll*9/10 {
-		from, m.lastPoll = m.api, m.clock.Now()
+	if from == nil {
+		from = m.api
 	}
 	cm := &corev1.ConfigMap{}
 	err = from.Get(ctx, m.key, cm)
@@ -225,15 +225,14 @@ type published struct {
 
 // publish writes r to the ConfigMap, creating it when it is missing, and
 // removes a promote the decision consumed (consumed: the decision's state
-// carries none). It writes only what changed, as the gateway store does: a
-// report that differs from the last one published in its observedAt alone
-// is written once a poll interval has passed (so that status can tell a
-// dualca that stopped publishing), and one that differs in the client
-// progress alone at most every progressEvery.
+// carries none). It writes only what changed, as the gateway store does:
+// a report that says what the last one published said is not written
+// (at rest dualca writes nothing), and one that differs in the client
+// progress alone at most every progressEvery. `dualca status` judges a
+// report's age by what it says comes next, not by its observedAt.
 func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (published, error) {
 	now := m.clock.Now()
-	every := m.heartbeat()
-	r.ObservedAt, r.PollInterval = &now, every.String()
+	r.ObservedAt, r.PollInterval = &now, m.poll.String()
 	body, err := json.Marshal(r)
 	if err != nil {
 		return published{}, fmt.Errorf("encoding the status: %w", err)
@@ -250,18 +249,17 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 	case !promoteKept && read.Annotations[bundle.AnnotationPromote] != "":
 		return m.consume(ctx, read, r, body)
 	}
-	last := m.published
-	if last == nil && read != nil {
-		last = publishedOf(parseReport(read.Data[StatusKey]))
+	if m.published == nil && read != nil {
+		// What an earlier dualca published: a restart at rest writes
+		// nothing either.
+		m.published = publishedOf(parseReport(read.Data[StatusKey]))
 	}
 	since := m.clock.Since(m.publishedAt)
-	heartbeat := m.published == nil || since >= every*9/10
 	this := publishedOf(r)
 	switch {
-	case heartbeat:
-	case last.same(this):
+	case m.published.same(this):
 		return published{}, nil
-	case last.progressOnly(this) && since < progressEvery:
+	case m.published.progressOnly(this) && since < progressEvery:
 		return published{deferred: progressEvery - since}, nil
 	}
 	patch, err := json.Marshal(map[string]any{"data": map[string]string{StatusKey: string(body)}})
@@ -328,19 +326,6 @@ func (m *statusMap) consume(ctx context.Context, read *corev1.ConfigMap, r *Repo
 	m.consumed = promote
 	m.wrote(cm, publishedOf(r))
 	return published{wrote: true}, nil
-}
-
-// minHeartbeat bounds how often an unchanged report is written again: a
-// poll interval of milliseconds (tests) must not make a write of every
-// reconcile.
-const minHeartbeat = time.Second
-
-// heartbeat is how often an unchanged report is written again, so that its
-// observedAt tells a running dualca from a stopped one: every poll
-// interval, at most every minHeartbeat. The report says it (pollInterval),
-// for `dualca status` to judge its age by.
-func (m *statusMap) heartbeat() time.Duration {
-	return max(m.poll, minHeartbeat)
 }
 
 // wrote remembers the report just published.

@@ -117,28 +117,50 @@ func notOwnWrite[T client.Object](t *targetState) predicate.TypedPredicate[T] {
 	}
 }
 
-// source returns where this reconcile reads the root, and whether it
-// reads the targets fresh from the API server.
-//
-// The poll, and every retry after a conflict, reads everything from the
-// API server: that is what repairs a lost or stalled watch. A reconcile
-// between polls was started by an event of the single-object caches or by
-// a delay ending, and reads the caches, which saves requests on the
-// propagation path and for every client event of a fan-out. A stale cache
-// cannot do harm: the root cache is the very source of the root's events
-// (a newer root arrives as its own event), and a target cached at another
-// version than the one dualca last read or wrote is read again from the
-// API server; a write decided from a target that changed meanwhile fails
-// on its resourceVersion and is retried fresh.
+// reading says where an attempt reads from.
+type reading int
+
+const (
+	// fromCaches: a reconcile between polls, started by an event of the
+	// single-object caches or by a delay ending, reads the caches, which
+	// saves requests on the propagation path and for every client event
+	// of a fan-out. A stale cache cannot do harm: the root cache is the
+	// very source of the root's events (a newer root arrives as its own
+	// event), and a target cached at another version than the one dualca
+	// last read or wrote is read again from the API server; a write
+	// decided from a target that changed meanwhile fails on its
+	// resourceVersion and is retried.
+	fromCaches reading = iota
+	// polling: the poll reads the root and the targets from the API
+	// server, which repairs a lost or stalled watch of the two objects a
+	// rotation stands on. Those are its only requests: the record is
+	// dualca's own (read once, then known from its own writes), the
+	// Secret that would shadow the bundle, the issuing Secret and the
+	// status ConfigMap are read from their caches, whose reflectors list
+	// again whenever their watch ends.
+	polling
+	// retrying: every attempt after a conflict reads everything from the
+	// API server, the record included.
+	retrying
+)
+
+// fresh reports whether the root and the targets are read from the API
+// server.
+func (r reading) fresh() bool { return r != fromCaches }
+
+// source returns where this attempt reads from, and the root through.
 //
 // A poll counts once the attempt that made it read and wrote all it had to
 // (polled): one whose reads failed leaves the next reconcile to poll
 // again, so a watch lost meanwhile is still repaired within one interval.
-func (s *gatewayStore) source(attempt int) (root client.Reader, fresh bool) {
-	if s.rootCache == nil || attempt > 0 || s.clock.Since(s.lastPoll) >= s.pollInterval*9/10 {
-		return s.api, true
+func (s *gatewayStore) source(attempt int) (root client.Reader, how reading) {
+	switch {
+	case attempt > 0:
+		return s.api, retrying
+	case s.rootCache == nil || s.clock.Since(s.lastPoll) >= s.pollInterval*9/10:
+		return s.api, polling
 	}
-	return s.rootCache, false
+	return s.rootCache, fromCaches
 }
 
 // polled records a poll that started at began and succeeded.
@@ -239,11 +261,12 @@ func (g gatewayRead) restoring(ts []*targetState) []string {
 // gatewayRestoredID names the gateway Secret among the targets restored.
 const gatewayRestoredID = "gateway"
 
-// readGateway reads the record (from the API server when fresh) and the
-// targets; a cached copy of a target at another version than the one
-// dualca knows is read again from the API server.
-func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead, error) {
-	rec, err := s.record.read(ctx, fresh)
+// readGateway reads the record (from the API server when retrying or never
+// read) and the targets (from the API server at a poll or retry); a cached
+// copy of a target at another version than the one dualca knows is read
+// again from the API server.
+func (s *gatewayStore) readGateway(ctx context.Context, how reading) (gatewayRead, error) {
+	rec, err := s.record.read(ctx, how == retrying)
 	if err != nil {
 		return gatewayRead{}, err
 	}
@@ -251,14 +274,14 @@ func (s *gatewayStore) readGateway(ctx context.Context, fresh bool) (gatewayRead
 	left := map[string]string{} // what dualca last left the targets holding
 	for i, t := range s.targets {
 		left[t.id()] = t.seen
-		if read.found[i], err = s.readTarget(ctx, t, fresh); err != nil {
+		if read.found[i], err = s.readTarget(ctx, t, how.fresh()); err != nil {
 			return gatewayRead{}, err
 		}
 		for _, in := range t.foreign(read.found[i]) {
 			read.foreign = append(read.foreign, foreignInput{what: t.id() + ": " + in, object: read.found[i]})
 		}
 	}
-	if shadow, err := s.shadowed(ctx, fresh); err != nil {
+	if shadow, err := s.shadowed(ctx, how == retrying); err != nil {
 		return gatewayRead{}, err
 	} else if shadow != nil {
 		read.foreign = append(read.foreign, foreignInput{what: s.targets[0].id() + ": shadowed by " + KindSecret + "/" + s.shadow.String(), object: shadow})
@@ -311,7 +334,7 @@ type foreignInput struct {
 }
 
 // shadowed returns the Secret that would shadow the gateway's bundle, nil
-// when it does not exist.
+// when it does not exist: from its cache unless fresh.
 func (s *gatewayStore) shadowed(ctx context.Context, fresh bool) (*corev1.Secret, error) {
 	if s.shadow.Name == "" {
 		return nil, nil

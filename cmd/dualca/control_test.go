@@ -157,10 +157,16 @@ func TestControlsFailOnAMissingConfigMap(t *testing.T) {
 
 // TestStatusShowsThePublishedReport: `dualca status` reads the one
 // ConfigMap and shows what dualca published with its age; exit 0 when
-// fresh and nothing needs attention, 1 when it is older than three poll
-// intervals or a control waits to be obeyed.
+// nothing needs attention, 1 when dualca was due to act more than three
+// poll intervals ago by the report's own next step, or a control waits to
+// be obeyed. A report with no next step is never stale: at rest dualca
+// publishes nothing.
 func TestStatusShowsThePublishedReport(t *testing.T) {
 	now := time.Now()
+	due := func(r *syncer.Report, at time.Time) *syncer.Report {
+		r.Next = &syncer.Next{Upcoming: []syncer.Upcoming{{At: at, Step: bundle.StepSwitchGrace, What: "server switch to 222222222222"}}}
+		return r
+	}
 	tests := map[string]struct {
 		report      *syncer.Report
 		annotations map[string]string
@@ -168,9 +174,13 @@ func TestStatusShowsThePublishedReport(t *testing.T) {
 		want        []string
 	}{
 		"fresh": {report: published("111111111111", bundle.StrategyZeroDowntime, now.Add(-30*time.Second)), code: statusOK,
-			want: []string{"phase     Renewing", "222222222222  CN=root", "current", "observed", "ago)", "attention: none"}},
-		"older than three poll intervals": {report: published("111111111111", bundle.StrategyZeroDowntime, now.Add(-16*time.Minute)), code: statusAttention,
-			want: []string{"attention: status published 16m", "more than 3 poll intervals (5m0s): is dualca running, and leading?"}},
+			want: []string{"phase      Renewing", "222222222222  CN=root", "current", "published", "ago)", "attention: none"}},
+		"due more than three poll intervals ago": {report: due(published("111111111111", bundle.StrategyZeroDowntime, now.Add(-20*time.Minute)), now.Add(-16*time.Minute)), code: statusAttention,
+			want: []string{"attention: dualca was due 16m", "(server switch to 222222222222) and has published nothing since, more than 3 poll intervals (5m0s): is dualca running, and leading?"}},
+		"due less than three poll intervals ago": {report: due(published("111111111111", bundle.StrategyZeroDowntime, now.Add(-20*time.Minute)), now.Add(-14*time.Minute)), code: statusOK,
+			want: []string{"attention: none"}},
+		"published a day ago, nothing due": {report: published("111111111111", bundle.StrategyZeroDowntime, now.Add(-24*time.Hour)), code: statusOK,
+			want: []string{"published", "attention: none"}},
 		"a pause not obeyed yet": {report: published("111111111111", bundle.StrategyZeroDowntime, now), code: statusAttention,
 			annotations: map[string]string{bundle.AnnotationPaused: "true"},
 			want:        []string{`attention: a pause is requested (dualca.io/paused="true") that dualca has not obeyed yet`}},

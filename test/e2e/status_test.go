@@ -58,7 +58,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	s.g.Expect(server.Server).To(BeTrue())
 	s.g.Expect(*current.Clients+*server.Clients).To(Equal(clients), "every client needs one of the two roots")
 	s.g.Expect(*current.Clients).To(Equal(report.Clients.Renewed), "counted from the same decision")
-	s.g.Expect(text.String()).To(And(ContainSubstring("Renewing"), ContainSubstring("server, needed by"), ContainSubstring("observed"), ContainSubstring("attention: none")))
+	s.g.Expect(text.String()).To(And(ContainSubstring("Renewing"), ContainSubstring("server, needed by"), ContainSubstring("published"), ContainSubstring("attention: none")))
 	s.logStatus("during the rotation", report)
 
 	// The ConfigMap holds public material alone.
@@ -68,9 +68,13 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	s.g.Expect(cm.Data[syncer.StatusKey]).NotTo(Or(ContainSubstring("BEGIN"), ContainSubstring("PRIVATE"), ContainSubstring(bundle.Fingerprint(r2))))
 	s.g.Expect(cm.BinaryData).To(BeEmpty())
 
-	// Seen later, as if dualca had stopped publishing: stale; and a
-	// renewal stalled past --stalled-after.
-	later, err := syncer.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Second, time.Now().Add(3*o.PollInterval+time.Minute))
+	// Seen later, as if dualca had stopped publishing: stale once its next
+	// step is three poll intervals past; and a renewal stalled past
+	// --stalled-after.
+	s.g.Expect(report.Next).NotTo(BeNil())
+	s.g.Expect(report.Next.Upcoming).NotTo(BeEmpty(), "a rotation renewing has a next step")
+	due := report.Next.Upcoming[0].At
+	later, err := syncer.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Second, due.Add(3*o.PollInterval+time.Minute))
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(later.Attention).To(ContainElements(ContainSubstring("more than 3 poll intervals (10s): is dualca running"),
 		ContainSubstring("client renewal stalled")))
