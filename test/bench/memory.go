@@ -144,9 +144,12 @@ const informerName = "informer"
 func (b *bench) startReference(ctx context.Context, name string, w *world, kubeconfig string) (*process, error) {
 	switch name {
 	case systemDualca:
-		// Default poll interval, client tracking on (no client selected).
+		// Client tracking on (no client selected). The propagation delay
+		// that follows the first root ends before the rest window opens:
+		// its end is a step of the rotation (the status says what comes
+		// next, and is written), not rest.
 		return b.startDualca(kubeconfig, w.rootFlag(), w.gatewayFlag(), "--client-selector="+clientLabel+"=agent",
-			"--client-namespaces="+w.ns, "--poll-interval="+b.opts.restPoll.String())
+			"--client-namespaces="+w.ns, "--poll-interval="+b.opts.restPoll.String(), "--trust-propagation-delay=1s")
 	case systemTrustManager:
 		return b.startTrustManager(ctx, w, kubeconfig)
 	}

@@ -430,7 +430,7 @@ func (r *report) writeRest(p func(string, ...any)) {
 	p("")
 	p("## Requests at rest")
 	p("")
-	p("The three processes of the last memory condition stay up for %s (dualca with `--poll-interval=%s`), each", r.rest.window.Round(time.Second), r.rest.poll)
+	p("The three processes of the last memory condition stay up for %s (dualca with `--poll-interval=%s --trust-propagation-delay=1s`, so that the delay after its first root is over), each", r.rest.window.Round(time.Second), r.rest.poll)
 	p("behind a proxy of its own on 127.0.0.1 that records every request it sends, watches included: a watch")
 	p("that ends and is opened again shows as one more watch request.")
 	if len(r.poll) > 0 || len(r.scale) > 0 {

@@ -1,0 +1,62 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
+)
+
+// TestAtRestThePollsReadsAreAllItSends: the product's at-rest contract on
+// a real API server. Once the gateway is in sync, nothing is due (the
+// propagation delay is over: the step that ends it changes what the status
+// says comes next, and is published) and the status says so, poll after
+// poll brings the poll's two reads, the root and the gateway
+// Secret, and nothing else: no other read (the record, the status
+// ConfigMap, the Secret that would shadow the bundle come from dualca's
+// own writes or its caches) and no write (the status is written when it
+// changes, never to show dualca alive). Clients are tracked, none
+// selected, as in the chart's default. How often it polls is the
+// benchmark's to measure.
+func TestAtRestThePollsReadsAreAllItSends(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o := s.options()
+	o.PollInterval = time.Second
+	o.ClientSelector, o.ClientNamespaces = labels.SelectorFromSet(clientLabel), []string{s.ns}
+	d, _ := s.startOnFirstRoot(o.Syncer())
+	kube := kubernetes.NewForConfigOrDie(restConfig)
+	key := syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway))
+	s.g.Eventually(func(g Gomega) {
+		r, err := syncer.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Phase).To(Equal(string(bundle.PhaseSteady)))
+		g.Expect(r.Next.Upcoming).NotTo(BeEmpty())
+		g.Expect(r.Next.Upcoming[0].At).To(BeTemporally(">", time.Now().Add(time.Hour)), "nothing due soon: at rest (the propagation delay that follows a new root is over)")
+	}).Should(Succeed())
+
+	from, polled := len(d.Requests()), d.polls()
+	const polls = 5
+	s.g.Eventually(d.polls).WithTimeout(time.Minute).Should(BeNumerically(">=", polled+polls))
+	var others []string
+	reads := 0
+	for _, r := range d.Requests()[from:] {
+		switch {
+		case r.Verb == "watch":
+			// A long-lived watch: the API server ends each after minutes,
+			// and a reflector opens it again.
+		case r.Verb == "get" && r.Resource == "secrets" && (r.Name == s.root.Name || r.Name == s.gateway.Name):
+			reads++
+		default:
+			others = append(others, r.String())
+		}
+	}
+	s.g.Expect(others).To(BeEmpty(), "at rest, no request but the poll's reads (and watches)")
+	s.g.Expect(reads).To(BeNumerically(">=", 2*polls), "each poll read the root and the gateway")
+}
