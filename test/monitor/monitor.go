@@ -344,7 +344,9 @@ func (m *Monitor) check(now time.Time) {
 // nil when they do.
 func (m *Monitor) problem(gv *gatewayVersion, c *client, now time.Time) error {
 	if c.leaf != nil && now.Before(c.leaf.NotAfter) && !gv.trusts(c.leaf) {
-		return errors.New("the gateway's ca.crt holds no root of the client's leaf")
+		return fmt.Errorf("the gateway's ca.crt holds no root of the client's leaf (leaf issued %s by key %s; gateway phase %s, root %s, bundle keys %s; root Secret's key %s)",
+			c.leaf.NotBefore.UTC().Format(time.TimeOnly), keyID(c.leaf.AuthorityKeyId), gv.annotations[bundle.AnnotationPhase],
+			bundle.Short(gv.annotations[bundle.AnnotationRoot]), bundleKeys(gv.roots), m.rootKey())
 	}
 	if gv.chain == nil {
 		return nil // reported once per version already
@@ -514,4 +516,30 @@ func (m *Monitor) BundleRegressions() []string {
 		seen[fp], current = true, fp
 	}
 	return out
+}
+
+// keyID is the first bytes of a key identifier, in hex: enough to tell
+// the roots of a run apart in a message.
+func keyID(id []byte) string {
+	if len(id) > 4 {
+		id = id[:4]
+	}
+	return fmt.Sprintf("%x", id)
+}
+
+// bundleKeys is the key identifiers of roots, for a message.
+func bundleKeys(roots []*x509.Certificate) string {
+	ids := make([]string, len(roots))
+	for i, r := range roots {
+		ids[i] = keyID(r.SubjectKeyId)
+	}
+	return strings.Join(ids, ",")
+}
+
+// rootKey is the key identifier of the root Secret's root as last seen.
+func (m *Monitor) rootKey() string {
+	if m.root == nil {
+		return "none"
+	}
+	return keyID(m.root.SubjectKeyId)
 }

@@ -46,7 +46,7 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("Rotations and faults at random moments, against a gateway and clients that load every Secret version %s late. "+
 		"Written by `TestSoak` (test/soak) with `-soak.duration=%v -soak.clients=%d%s` (what `%s DURATION=%v CLIENTS=%d` runs), %s, on the development machine (2 cores, shared). "+
 		"dualca measured: %s.",
-		lag.String(), *duration, len(o.fleet.Clients), extra, target, *duration, len(o.fleet.Clients), time.Now().UTC().Format("2006-01-02 15:04 UTC"), measured())
+		lag.String(), *duration, len(o.fleet.Clients), extra, target, *duration, len(o.fleet.Clients), time.Now().UTC().Format("2006-01-02 15:04 UTC"), binaryAtStart)
 	w("Two dualca replicas elect a leader; `--trust-propagation-delay=%v`, `--server-switch-grace=%v`, `--issuing-secret=%s/%s`, the Secret the clients' CA Issuer signs with; a root rotation every %s, a fault every %s; each client handshakes every %v. "+
 		"Every failed handshake of a healthy client fails the run: none is excused.",
 		propagationDelay(), switchGrace, namespace, issuingName, rotate.String(), faults.String(), interval)
@@ -87,6 +87,9 @@ func (o *outcome) markdown(path, plotPath string) string {
 	}
 	return b.String()
 }
+
+// binaryAtStart is measured() as the run began: what the report names.
+var binaryAtStart string
 
 // measured is the commit of the dualca binary the run measured, from its
 // own `dualca version`, and the test's, when it is another.

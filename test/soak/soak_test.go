@@ -182,6 +182,9 @@ func TestSoak(t *testing.T) {
 	s.drain()
 	close(done)
 	wg.Wait()
+	if now := measured(); now != binaryAtStart {
+		t.Errorf("the dualca binary changed during the run: %s at the start, %s at the end (a replica started again ran the new one): the run measured neither", binaryAtStart, now)
+	}
 	s.check()
 }
 
@@ -198,6 +201,7 @@ func setUp(t *testing.T) *soak {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	s := &soak{t: t, g: g, ctx: ctx, c: c, kube: kubernetes.NewForConfigOrDie(c.RESTConfig), begin: time.Now()}
+	binaryAtStart = measured()
 	g.Expect(c.CreateNamespace(ctx, namespace)).To(Succeed())
 	_, err := c.CreateRootCA(ctx, namespace, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
