@@ -4,7 +4,9 @@
 //
 // It follows the root Secret, the gateway Secret and the client Secrets of
 // one namespace through a single watch, so it sees their versions in the
-// order the API server wrote them, and after each one it checks:
+// order the API server wrote them (a watch the API server cannot resume,
+// after a restart, is replaced by a list checked as one state), and after
+// each one it checks:
 //   - the gateway Secret parses: tls.crt and tls.key form a pair whose key
 //     matches the certificate, and ca.crt holds certificates only;
 //   - (zero-downtime versions) ca.crt holds the root the server certificate
@@ -38,8 +40,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/dualca/dualca/bundle"
@@ -85,6 +90,8 @@ type Monitor struct {
 	raceCount int
 	history   []map[string]string
 	firsts    map[string]time.Time
+	// relists counts the lists after the first (Snapshot).
+	relists int
 }
 
 // client is one client Secret as the monitor last saw it.
@@ -135,6 +142,10 @@ type Result struct {
 	// Races are the races, closed then open; RaceCount counts them all.
 	Races     []Race
 	RaceCount int
+	// Relists counts the times a watch could not be resumed and the
+	// namespace was listed again: each list is checked as one state, the
+	// versions between the last event and it are unseen.
+	Relists int
 }
 
 // LongestRace is the longest race window, open ones counted to now.
@@ -152,24 +163,95 @@ func New(opts Options) *Monitor {
 		open: map[string]Race{}, firsts: map[string]time.Time{}}
 }
 
-// Start runs a monitor of namespace ns until ctx is done and returns once its
-// watch has listed the namespace: every version after that is seen, in
-// order.
+// Start runs a monitor of namespace ns until ctx is done and returns once it
+// has listed the namespace: every version after that is seen, in order.
+//
+// It lists and watches itself rather than through an informer: an
+// informer that lists again after its watch ended (an API server restart)
+// hands the listed objects over one by one, in the order of their names,
+// so the monitor would check new client leaves against a gateway version
+// it has not been handed yet. Here a watch that ends is resumed from the
+// last version seen; one the API server can no longer resume is replaced
+// by a list, which is taken whole (Snapshot): one consistent state, the
+// versions between the two unseen, and counted (Result.Relists).
 func Start(ctx context.Context, kube kubernetes.Interface, ns string, opts Options) (*Monitor, error) {
 	m := New(opts)
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Secrets().Informer()
-	if _, err := inf.AddEventHandler(m.Handler()); err != nil {
-		return nil, fmt.Errorf("monitor of %s: %w", ns, err)
-	}
-	factory.Start(ctx.Done())
-	context.AfterFunc(ctx, factory.Shutdown)
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	secrets := kube.CoreV1().Secrets(ns)
+	listCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !toolscache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("the monitor's watch of namespace %s did not sync within a minute", ns)
+	rv, err := m.list(listCtx, secrets)
+	if err != nil {
+		return nil, fmt.Errorf("the monitor's list of namespace %s: %w", ns, err)
 	}
+	m.relists = 0 // the first list is no relist
+	go m.follow(ctx, secrets, rv)
 	return m, nil
+}
+
+// list takes the namespace's Secrets as one snapshot and returns the
+// version to watch from.
+func (m *Monitor) list(ctx context.Context, secrets typedcorev1.SecretInterface) (string, error) {
+	l, err := secrets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	objs := make([]*corev1.Secret, len(l.Items))
+	for i := range l.Items {
+		objs[i] = &l.Items[i]
+	}
+	m.Snapshot(objs)
+	return l.ResourceVersion, nil
+}
+
+// follow watches from rv until ctx is done: resumed where it ended, listed
+// again when it cannot be.
+func (m *Monitor) follow(ctx context.Context, secrets typedcorev1.SecretInterface, rv string) {
+	for ctx.Err() == nil {
+		w, err := secrets.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		expired := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+		if err == nil {
+			rv, expired = m.events(w, rv)
+			w.Stop()
+		}
+		for expired && ctx.Err() == nil {
+			if rv, err = m.list(ctx, secrets); err == nil {
+				break
+			}
+			pause(ctx)
+		}
+		if err != nil && !expired {
+			pause(ctx) // the API server is away
+		}
+	}
+}
+
+// events takes w's events until it ends; it returns the last version seen
+// and whether the API server said that version is too old to resume from.
+func (m *Monitor) events(w watch.Interface, rv string) (string, bool) {
+	for e := range w.ResultChan() {
+		switch e.Type {
+		case watch.Error:
+			err := apierrors.FromObject(e.Object)
+			return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+		case watch.Bookmark:
+		case watch.Deleted:
+			m.Seen(e.Object, true)
+		default:
+			m.Seen(e.Object, false)
+		}
+		if o, ok := e.Object.(metav1.Object); ok && o.GetResourceVersion() != "" {
+			rv = o.GetResourceVersion()
+		}
+	}
+	return rv, false
+}
+
+// pause waits a second, or until ctx is done.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
 }
 
 // Handler feeds the monitor from an informer of the namespace's Secrets.
@@ -210,6 +292,48 @@ func (m *Monitor) Seen(obj any, deleted bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	if m.apply(s, deleted, now) {
+		m.check(now)
+	}
+}
+
+// Snapshot takes the namespace's Secrets as one list returned them: the
+// state of one moment, checked once it is whole. A gateway or a client
+// missing from it was deleted; the gateway version seen last is not seen
+// again.
+func (m *Monitor) Snapshot(objs []*corev1.Secret) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	m.relists++
+	listed, gatewayListed := map[string]bool{}, false
+	for _, s := range objs {
+		switch {
+		case s.Name == m.opts.Gateway:
+			gatewayListed = true
+			if m.gateway != nil && m.gateway.rv == s.ResourceVersion {
+				continue
+			}
+		case m.opts.IsClient != nil && m.opts.IsClient(s.Labels):
+			listed[s.Name] = true
+		}
+		m.apply(s, false, now)
+	}
+	if !gatewayListed && m.gateway != nil {
+		m.gateway = nil
+		m.deleted++
+	}
+	for name := range m.clients {
+		if !listed[name] {
+			delete(m.clients, name)
+		}
+	}
+	m.check(now)
+}
+
+// apply takes one version of a Secret into the monitor's state; it reports
+// whether the gateway's checks are due.
+func (m *Monitor) apply(s *corev1.Secret, deleted bool, now time.Time) bool {
 	switch {
 	case s.Name == m.opts.Root:
 		if cs, err := bundle.ParseCertificates(corev1.TLSCertKey, s.Data[corev1.TLSCertKey]); err == nil && !deleted {
@@ -218,20 +342,20 @@ func (m *Monitor) Seen(obj any, deleted bool) {
 			}
 			m.root = cs[0]
 		}
-		return
+		return false
 	case s.Name == m.opts.Gateway:
 		if deleted {
 			m.gateway = nil
 			m.deleted++
-			return
+			return false
 		}
 		m.gatewaySeen(s, now)
 	case m.opts.IsClient != nil && m.opts.IsClient(s.Labels):
 		m.clientSeen(s, deleted, now)
 	default:
-		return
+		return false
 	}
-	m.check(now)
+	return true
 }
 
 func (m *Monitor) gatewaySeen(s *corev1.Secret, now time.Time) {
@@ -439,7 +563,7 @@ func (m *Monitor) Result() Result {
 	now := time.Now()
 	r := Result{Versions: m.versions, Deletions: m.deleted, Violations: slices.Clone(m.violations),
 		ViolationCount: m.violationCount, Excused: m.excusedCount, Inherited: m.inherited,
-		Races: slices.Clone(m.races), RaceCount: m.raceCount + len(m.open)}
+		Races: slices.Clone(m.races), RaceCount: m.raceCount + len(m.open), Relists: m.relists}
 	for _, name := range slices.Sorted(maps.Keys(m.open)) {
 		race := m.open[name]
 		race.Window = now.Sub(race.Start)

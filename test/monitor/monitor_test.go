@@ -174,3 +174,52 @@ func TestAServerAdoptedFromTheLegacyStrategyIsCountedApart(t *testing.T) {
 		t.Errorf("got %d violations %q; want the server that moved before a1 was re-issued", r.ViolationCount, r.Violations)
 	}
 }
+
+// A list taken after a watch could not be resumed is one state of the
+// namespace, checked whole: clients renewed onto R2 while the watch was
+// down are judged against the gateway of that same moment (which bundles
+// R2), not the one last seen before it, as an informer's relist, handing
+// the objects over one by one in the order of their names, would have
+// them judged. Deleted objects leave with the list that lacks them.
+func TestAListIsCheckedAsOneState(t *testing.T) {
+	t.Parallel()
+	w := world{t: t, r1: certs.MustCA(t, "root-ca", time.Hour), r2: certs.MustCA(t, "root-ca", time.Hour)}
+	zd := bundle.StrategyZeroDowntime
+	before := []*corev1.Secret{w.root(w.r1), w.gateway(zd, w.r1, w.r1, w.r1), w.client("a1", w.r1, w.r1), w.client("a2", w.r1, w.r1)}
+	// The namespace after the outage, in the order of names: clients
+	// ("a…") before the gateway and the root.
+	after := []*corev1.Secret{w.client("a1", w.r2, w.r2), w.gateway(zd, w.r2, w.r2, w.r2, w.r1), w.root(w.r2)}
+	newMonitor := func() *monitor.Monitor {
+		m := monitor.New(monitor.Options{Root: "root", Gateway: "gateway", Clients: 2,
+			IsClient: func(l map[string]string) bool { return l[label] != "" }})
+		for _, s := range before {
+			s.ResourceVersion = "1"
+			m.Seen(s, false)
+		}
+		return m
+	}
+	for _, s := range after {
+		s.ResourceVersion = "2"
+	}
+
+	oneByOne := newMonitor()
+	for _, s := range after {
+		oneByOne.Seen(s, false)
+	}
+	if r := oneByOne.Result(); r.ViolationCount == 0 {
+		t.Fatalf("handed over one by one, a1's new leaf met the old gateway: want a violation, got none")
+	}
+
+	whole := newMonitor()
+	whole.Snapshot(after)
+	r := whole.Result()
+	if r.ViolationCount != 0 || r.RaceCount != 0 || r.Relists != 1 || r.Versions != 2 {
+		t.Errorf("got %d violations %q, %d races, %d relists, %d versions; want none, none, 1, 2", r.ViolationCount, r.Violations, r.RaceCount, r.Relists, r.Versions)
+	}
+	// a2 is gone with the list that lacks it: a gateway that drops R1
+	// now serves every client left.
+	whole.Seen(w.gateway(zd, w.r2, w.r2, w.r2), false)
+	if r := whole.Result(); r.ViolationCount != 0 {
+		t.Errorf("got violations %q after a2 left; want none", r.Violations)
+	}
+}

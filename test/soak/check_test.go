@@ -115,8 +115,8 @@ func (s *soak) check() {
 	for _, f := range o.firstFailures {
 		s.t.Logf("failed handshake of a healthy client: %s", f)
 	}
-	s.t.Logf("monitor: %d gateway versions, %d violations, %d races (a client issued from a root not bundled yet), %d checks failed by the broken client; deletions injected %d, seen %d by the monitor and %d by the gateway",
-		o.checked.Versions, o.checked.ViolationCount, o.checked.RaceCount, o.checked.Excused, o.deletions, o.checked.Deletions, o.gateway.Deletions)
+	s.t.Logf("monitor: %d gateway versions, %d violations, %d races (a client issued from a root not bundled yet), %d checks failed by the broken client; deletions injected %d, seen %d by the monitor and %d by the gateway; %d lists after a watch could not be resumed",
+		o.checked.Versions, o.checked.ViolationCount, o.checked.RaceCount, o.checked.Excused, o.deletions, o.checked.Deletions, o.gateway.Deletions, o.checked.Relists)
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
 	l := o.leak
 	if judgesLeaks() {

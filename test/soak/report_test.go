@@ -68,6 +68,7 @@ func (o *outcome) markdown(path, plotPath string) string {
 	w("| the broken client's handshakes (counted apart) | %d attempted, %d failed |", o.brokenStats.Attempts, o.brokenStats.Failures)
 	w("| gateway | accepted %d, rejected %d |", o.gateway.Accepted, o.gateway.Rejected)
 	w("| gateway Secret versions checked by the monitor | %d, **%d violations** |", o.checked.Versions, o.checked.ViolationCount)
+	w("| the monitor's watch not resumable (an API server restart): the namespace listed again, checked as one state | %d |", o.checked.Relists)
 	w("| races (a client issued from a root not bundled yet) | **%d** |", o.checked.RaceCount)
 	w("| Secret versions the gateway / clients could not load | %d / %d |", o.gateway.LoadErrors, o.fleet.Total.LoadErrors)
 	w("| gateway Secret deletions injected / seen by the monitor / by the gateway | %d / %d / %d |", o.deletions, o.checked.Deletions, o.gateway.Deletions)
