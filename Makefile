@@ -143,7 +143,7 @@ soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at r
 	$(call soak-run,soak,)
 
 .PHONY: soak-leaks
-soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills, for leaks: the leader lives the whole DURATION (60m) and is judged alone; writes docs/soak-leaks.md and docs/soak-leaks.png
+soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills or kube-apiserver restarts, for leaks: the leader lives the whole DURATION (60m) and is judged alone; writes docs/soak-leaks.md and docs/soak-leaks.png
 	$(call soak-run,soak-leaks,-soak.kills=false)
 
 .PHONY: bench

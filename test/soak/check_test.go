@@ -82,10 +82,22 @@ type rotationOutcome struct {
 // intercept, as a leader killed and started again begins afresh), per
 // minute, and their limits. Standbys hold no controller and are not
 // judged.
+//
+// Memory is judged by the live heap the GC marks, grown by the GC's
+// target (GOGC: the heap it lets grow before the next collection, which
+// the resident set follows): what a leak in Go code makes grow. The
+// resident set's own slope is shown, not judged: it also moves with the
+// runtime's unreturned pages and the binary's pages as code is first run,
+// bounded by the heap goal and the binary's size, which within an hour it
+// cannot tell from a leak. Its peak is judged: the headroom to the chart's
+// limit is what the growth may use up.
 type leak struct {
-	processes, samples                int
-	window                            time.Duration
-	rss, goroutines, fds              float64
+	processes, samples   int
+	window               time.Duration
+	rss, goroutines, fds float64
+	// heap is the live heap's slope; memory the growth judged, heap
+	// times 1+GOGC/100 (gogc, the highest sampled).
+	heap, gogc, memory                float64
 	peakRSS, peakFDs                  float64 // the highest of the judged samples
 	memLimit, maxFDs                  float64 // the chart's memory limit, the lowest open-files limit
 	rssLimit, goroutineLimit, fdLimit float64
@@ -94,17 +106,17 @@ type leak struct {
 
 // leaderSpan is one judged process: its samples while it led.
 type leaderSpan struct {
-	pid             int
-	samples         int
-	from, to        time.Time
-	rssFrom, rssTo  float64
-	rss, goroutines float64 // its own slopes, for the report
+	pid                   int
+	samples               int
+	from, to              time.Time
+	rssFrom, rssTo        float64
+	rss, heap, goroutines float64 // its own slopes, for the report
 }
 
 func (l leak) judged() bool { return l.processes > 0 }
 
 func (l leak) ok() bool {
-	return l.rss <= l.rssLimit && l.goroutines <= l.goroutineLimit && l.fds <= l.fdLimit
+	return l.memory <= l.rssLimit && l.goroutines <= l.goroutineLimit && l.fds <= l.fdLimit
 }
 
 // check gathers the outcome, writes the report if asked, and asserts.
@@ -120,8 +132,8 @@ func (s *soak) check() {
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
 	l := o.leak
 	if judgesLeaks() {
-		s.t.Logf("leaks: %d samples of %d leader processes over %v: RSS %+.4f MiB/min (limit %.4f: %.1f MiB peak, %.0f MiB chart limit, %v), goroutines %+.3f/min (limit %.3f), fds %+.4f/min (limit %.4f)",
-			l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.rssLimit/(1<<20), l.peakRSS/(1<<20), l.memLimit/(1<<20), horizon, l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+		s.t.Logf("leaks: %d samples of %d leader processes over %v: live heap %+.4f MiB/min, memory %+.4f MiB/min with GOGC %.0f (limit %.4f: %.1f MiB peak RSS, %.0f MiB chart limit, %v; RSS itself %+.4f MiB/min), goroutines %+.3f/min (limit %.3f), fds %+.4f/min (limit %.4f)",
+			l.samples, l.processes, l.window.Round(time.Second), l.heap/(1<<20), l.memory/(1<<20), l.gogc, l.rssLimit/(1<<20), l.peakRSS/(1<<20), l.memLimit/(1<<20), horizon, l.rss/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
 	} else {
 		s.t.Logf("leaks not judged (a run shorter than %v), for information: %d samples of %d leader processes over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min",
 			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
@@ -285,7 +297,7 @@ func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLim
 		segments = append(segments, seg)
 		l.samples += len(seg)
 		for _, r := range seg {
-			l.peakRSS, l.peakFDs = max(l.peakRSS, r.rss), max(l.peakFDs, r.fds)
+			l.peakRSS, l.peakFDs, l.gogc = max(l.peakRSS, r.rss), max(l.peakFDs, r.fds), max(l.gogc, r.gogc)
 			if l.maxFDs == 0 || r.maxFDs < l.maxFDs {
 				l.maxFDs = r.maxFDs
 			}
@@ -293,10 +305,13 @@ func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLim
 		one := [][]resource{seg}
 		l.leaders = append(l.leaders, leaderSpan{pid: pid, samples: len(seg), from: seg[0].at, to: seg[len(seg)-1].at,
 			rssFrom: seg[0].rss, rssTo: seg[len(seg)-1].rss,
-			rss: pooledSlope(one, func(r resource) float64 { return r.rss }), goroutines: pooledSlope(one, func(r resource) float64 { return r.goroutines })})
+			rss: pooledSlope(one, func(r resource) float64 { return r.rss }), heap: pooledSlope(one, func(r resource) float64 { return r.heap }),
+			goroutines: pooledSlope(one, func(r resource) float64 { return r.goroutines })})
 	}
 	l.processes = len(segments)
 	l.rss = pooledSlope(segments, func(r resource) float64 { return r.rss })
+	l.heap = pooledSlope(segments, func(r resource) float64 { return r.heap })
+	l.memory = max(l.heap, 0) * (1 + l.gogc/100)
 	l.goroutines = pooledSlope(segments, func(r resource) float64 { return r.goroutines })
 	l.fds = pooledSlope(segments, func(r resource) float64 { return r.fds })
 	l.rssLimit, l.goroutineLimit, l.fdLimit = boundsOver(horizon, l.memLimit-l.peakRSS, l.maxFDs-l.peakFDs)

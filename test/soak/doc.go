@@ -34,16 +34,19 @@
 // before the root it replaced expired, and that the issuing Secret ends on
 // the last root, and that every scrape of a replica that lived on
 // succeeded. A run of 10 minutes or more (`make soak`) asserts too that
-// the leader leaks nothing: its resident memory, goroutines and open file
-// descriptors are sampled every 10 s, and their slope over the last three
-// quarters of the run, while it led and past its warm-up, must not reach
-// the chart's memory limit (or the process's open-files limit) from its
-// highest sample within 30 days. The standby holds no controller and is
+// the leader leaks nothing: its live heap (grown by GOGC, the heap the GC
+// lets grow before collecting), goroutines and open file descriptors are
+// sampled every 10 s, and their slope over the last three quarters of the
+// run, while it led and past its warm-up, must not reach the chart's
+// memory limit (or the process's open-files limit) from its highest
+// resident set within 30 days (the resident set's own slope is reported:
+// unreturned pages and the binary's pages move it too). The standby holds no controller and is
 // not judged. In such runs a replica is killed only once it has lived
 // through its warm-up and a sixth of the run more (minLife), so that each
 // leaves a stretch long enough to fit its growth over; with
-// -soak.kills=false (`make soak-leaks`) no replica is killed and the
-// leader lives the whole run. A shorter run reports the slopes and judges
+// -soak.kills=false (`make soak-leaks`) no replica is killed and
+// kube-apiserver is not restarted (on a busy machine a restart outlasts
+// the lease's renew deadline), so the leader lives the whole run. A shorter run reports the slopes and judges
 // none. It reports API requests per minute and can write docs/soak.md
 // with a timeline plot.
 //

@@ -68,7 +68,10 @@ func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
 	proc := func(pid int, first, perMinute float64, leadsAt int) []resource {
 		var out []resource
 		for i := range 60 {
-			out = append(out, resource{pid: pid, at: t0.Add(time.Duration(i) * time.Minute), rss: first + perMinute*float64(i),
+			rss := first + perMinute*float64(i)
+			// The live heap half the resident set, GOGC 100: the heap
+			// goal is the resident set.
+			out = append(out, resource{pid: pid, at: t0.Add(time.Duration(i) * time.Minute), rss: rss, heap: rss / 2, gogc: 100,
 				goroutines: 100, fds: 20, maxFDs: 1024, leader: leadsAt >= 0 && i >= leadsAt})
 		}
 		return out
@@ -92,9 +95,24 @@ func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
 			r := proc(1, 10*mib, 0, 18)
 			for i := range r {
 				r[i].rss += float64(min(i, 20)) * mib
+				r[i].heap += float64(min(i, 20)) * mib / 2
 			}
 			return r
 		}(), false},
+		"a resident set growing over a flat live heap (pages the runtime keeps) is no leak": {func() []resource {
+			r := proc(1, 40*mib, 2*perMinuteBound, 0)
+			for i := range r {
+				r[i].heap = 20 * mib
+			}
+			return r
+		}(), false},
+		"a live heap growing under a flat resident set is a leak": {func() []resource {
+			r := proc(1, 40*mib, 0, 0)
+			for i := range r {
+				r[i].heap = 10*mib + perMinuteBound*float64(i)
+			}
+			return r
+		}(), true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -104,7 +122,7 @@ func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
 				t.Fatalf("no leader judged: %+v", l)
 			}
 			if l.ok() == tc.leak {
-				t.Errorf("leak %v, want %v: RSS %+.1f B/min (limit %.1f), peak %.1f MiB", !l.ok(), tc.leak, l.rss, l.rssLimit, l.peakRSS/mib)
+				t.Errorf("leak %v, want %v: memory %+.1f B/min (limit %.1f), RSS %+.1f B/min, peak %.1f MiB", !l.ok(), tc.leak, l.memory, l.rssLimit, l.rss, l.peakRSS/mib)
 			}
 			if l.processes != 1 {
 				t.Errorf("%d processes judged, want the leader alone", l.processes)

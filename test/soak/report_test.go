@@ -160,7 +160,7 @@ func (o *outcome) faultTable(w func(string, ...any)) {
 	}
 	w("")
 	if !*kills {
-		w("No replica was killed: the kills are left out of this run's faults, so that the leader lives the whole run.")
+		w("No replica was killed and kube-apiserver was not restarted: those faults are left out of this run, so that the leader lives the whole run.")
 		w("")
 	}
 	if *kills && minLife() > 0 {
@@ -201,20 +201,23 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 	if !l.ok() {
 		verdict = "**LEAK**"
 	}
-	w("| leaders | samples | window | RSS KiB/min (limit) | goroutines/min (limit) | fds/min (limit) | verdict |")
+	w("| leaders | samples | window | live heap KiB/min | memory KiB/min: heap × (1+GOGC/100) (limit) | RSS KiB/min, not judged | goroutines/min (limit) | fds/min (limit) | verdict |")
+	w("|---|---|---|---|---|---|---|---|---|")
+	w("| %d | %d | %v | %+.2f | %+.2f (%.2f) | %+.2f | %+.4f (%.3f) | %+.4f (%.4f) | %s |", l.processes, l.samples, l.window.Round(time.Second),
+		l.heap/(1<<10), l.memory/(1<<10), l.rssLimit/(1<<10), l.rss/(1<<10), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit, verdict)
+	w("")
+	w("The limits come from a peak RSS of %.1f MiB against the chart's limit of %.0f MiB, and %.0f of %.0f open files. "+
+		"Memory is judged by the live heap the GC marks (go_gc_heap_live_bytes), grown by GOGC %.0f: what a leak in Go code makes grow. "+
+		"The resident set's slope is shown, not judged: it also moves with pages the runtime has not returned and the binary's pages as code first runs, "+
+		"both bounded, which an hour cannot tell from a leak.",
+		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs, l.gogc)
+	w("")
+	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | live heap KiB/min | goroutines/min |")
 	w("|---|---|---|---|---|---|---|")
-	w("| %d | %d | %v | %+.2f (%.2f) | %+.4f (%.3f) | %+.4f (%.4f) | %s |", l.processes, l.samples, l.window.Round(time.Second),
-		l.rss/(1<<10), l.rssLimit/(1<<10), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit, verdict)
-	w("")
-	w("The limits come from a peak of %.1f MiB against the chart's limit of %.0f MiB, and %.0f of %.0f open files.",
-		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs)
-	w("")
-	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | goroutines/min |")
-	w("|---|---|---|---|---|---|")
 	begin := o.begin()
 	for _, p := range l.leaders {
-		w("| %d | %d | %s, %s | %.1f, %.1f | %+.2f | %+.4f |", p.pid, p.samples, minutes(p.from.Sub(begin)), minutes(p.to.Sub(begin)),
-			p.rssFrom/(1<<20), p.rssTo/(1<<20), p.rss/(1<<10), p.goroutines)
+		w("| %d | %d | %s, %s | %.1f, %.1f | %+.2f | %+.2f | %+.4f |", p.pid, p.samples, minutes(p.from.Sub(begin)), minutes(p.to.Sub(begin)),
+			p.rssFrom/(1<<20), p.rssTo/(1<<20), p.rss/(1<<10), p.heap/(1<<10), p.goroutines)
 	}
 	w("")
 }

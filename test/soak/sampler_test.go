@@ -30,10 +30,13 @@ type sample struct {
 
 // resource is one replica's figures at a moment.
 type resource struct {
-	at         time.Time
-	replica    int
-	pid        int
-	rss        float64 // bytes
+	at      time.Time
+	replica int
+	pid     int
+	rss     float64 // bytes
+	// heap is the live heap the last GC marked (bytes); gogc the GC's
+	// target percentage, by which the heap grows past it before the next.
+	heap, gogc float64
 	goroutines float64
 	fds        float64
 	maxFDs     float64 // the process's soft limit of open files
@@ -115,6 +118,7 @@ func (s *soak) sampleResources() {
 		}
 		res := resource{at: time.Now(), replica: i, pid: r.Pid,
 			rss: gauge(fams["process_resident_memory_bytes"]), goroutines: gauge(fams["go_goroutines"]),
+			heap: gauge(fams["go_gc_heap_live_bytes"]), gogc: gauge(fams["go_gc_gogc_percent"]),
 			fds: gauge(fams["process_open_fds"]), maxFDs: gauge(fams["process_max_fds"]), requests: counterSum(fams["rest_client_requests_total"]),
 			started: r.started, leader: strings.Contains(r.Log(), leaseAcquired)}
 		s.mu.Lock()
