@@ -89,7 +89,7 @@ func (b Budget) over(bundleBytes, credBytes int) string {
 // reports why it cannot when it still does not and the gateway found,
 // intact, is to be kept ("" when it fits). cred's cross-chain follows the
 // roots trimmed.
-func (p *planning) fit(kept []*x509.Certificate, cred *server, intact bool) ([]*x509.Certificate, string) {
+func (p *planning) fit(kept []*x509.Certificate, cred *serverCredential, intact bool) ([]*x509.Certificate, string) {
 	b := p.t.Budget.withDefaults()
 	credBytes := EncodedLen(cred.chain()) + len(cred.keyPEM)
 	size := EncodedLen(kept)
@@ -127,7 +127,7 @@ func (p *planning) fit(kept []*x509.Certificate, cred *server, intact bool) ([]*
 // intact reports whether the gateway found is as dualca wrote it: its
 // state, a ca.crt of roots read from the root Secret alone (trusted holds
 // them all), the server credential recorded.
-func (p *planning) intact(trusted []*x509.Certificate, found *server) bool {
+func (p *planning) intact(trusted []*x509.Certificate, found *serverCredential) bool {
 	return p.gw.Exists && !p.adopting && !p.edited && found != nil &&
 		len(trusted) == len(p.gw.Parsed.casIn(p.gw.CAPEM))
 }
@@ -146,7 +146,7 @@ func (p *planning) grows(bundleBytes, credBytes int) bool {
 // uses every root), it is neither the current root nor the server's, and
 // if the server's chain runs through it, no client uses a root of the
 // chain but the current one.
-func (p *planning) trimmable(kept []*x509.Certificate, cred *server) []bool {
+func (p *planning) trimmable(kept []*x509.Certificate, cred *serverCredential) []bool {
 	sigs := p.clients.Signatures
 	used, onChain := make([]bool, len(kept)), make([]bool, len(kept))
 	chainInUse := false
@@ -164,7 +164,7 @@ func (p *planning) trimmable(kept []*x509.Certificate, cred *server) []bool {
 
 // runsThrough reports whether the server chain runs through root: one of
 // its cross-certificates certifies root's key or was signed by root.
-func (s *server) runsThrough(root *x509.Certificate, sigs *Signatures) bool {
+func (s *serverCredential) runsThrough(root *x509.Certificate, sigs *Signatures) bool {
 	return slices.ContainsFunc(s.crosses, func(c *x509.Certificate) bool {
 		return bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) || sigs.ChainsTo(c, root)
 	})

@@ -59,7 +59,7 @@ type Moment struct {
 // for a resume. Certificates are valid through NotAfter (whole seconds),
 // hence the second added to the expiry moments. Its first moment is
 // Decision.NextCheck.
-func upcoming(st State, server *x509.Certificate, cred *server, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
+func upcoming(st State, server *x509.Certificate, cred *serverCredential, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
 	serverFP, rootFP := clients.Signatures.fingerprint(server), st.Root
 	moments := []Moment{{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP}}
 	if st.Server != st.Root {

@@ -151,7 +151,7 @@ func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Ti
 func (p *planning) emit(e Event) { p.events = append(p.events, e) }
 
 // decision is the gateway Secret the rules arrived at, its state recorded.
-func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server, kept []*x509.Certificate, caPEM []byte) Decision {
+func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *serverCredential, kept []*x509.Certificate, caPEM []byte) Decision {
 	sigs := p.clients.Signatures
 	st.Server = sigs.fingerprint(serverRoot)
 	st.BundleHash = p.gw.Parsed.hash(caPEM)

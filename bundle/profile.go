@@ -184,7 +184,7 @@ func (s ServerProfile) reissueAt(leaf, root *x509.Certificate) time.Time {
 // reissueAt is when the leaf of a credential on root reaches its re-issue
 // margin under profile (nil: measured on the leaf itself); zero when
 // there is no leaf, or it would not be issued again then.
-func (s *server) reissueAt(root *x509.Certificate, profile *ServerProfile) time.Time {
+func (s *serverCredential) reissueAt(root *x509.Certificate, profile *ServerProfile) time.Time {
 	if s == nil || s.leaf == nil || s.selfSigned {
 		return time.Time{}
 	}

@@ -30,13 +30,13 @@ func TestAnExpiredLeafOnAnOlderRootIsAWarning(t *testing.T) {
 	root, _ := x509.ParseCertificate(der)
 	for _, tc := range []struct {
 		name  string
-		s     *server
+		s     *serverCredential
 		warns bool
 	}{
-		{"expired", &server{root: root, leaf: &x509.Certificate{NotAfter: now.Add(-time.Second)}}, true},
-		{"valid", &server{root: root, leaf: &x509.Certificate{NotAfter: now.Add(time.Second)}}, false},
-		{"legacy form", &server{root: root, leaf: root, selfSigned: true}, false},
-		{"none", &server{root: root}, false},
+		{"expired", &serverCredential{root: root, leaf: &x509.Certificate{NotAfter: now.Add(-time.Second)}}, true},
+		{"valid", &serverCredential{root: root, leaf: &x509.Certificate{NotAfter: now.Add(time.Second)}}, false},
+		{"legacy form", &serverCredential{root: root, leaf: root, selfSigned: true}, false},
+		{"none", &serverCredential{root: root}, false},
 	} {
 		p := &planning{now: now}
 		p.warnExpiring(tc.s)

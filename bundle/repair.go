@@ -38,7 +38,7 @@ func repairedRoots(gw Gateway, clients Clients) []*x509.Certificate {
 // is usable (readServer) and, unless adopting, chains to the server root
 // dualca recorded: one replaced by hand is not dualca's credential. nil
 // means the server must be replaced (see decideSwitch).
-func (p *planning) recordedServer(trusted []*x509.Certificate) *server {
+func (p *planning) recordedServer(trusted []*x509.Certificate) *serverCredential {
 	found := readServer(p.gw, append(trusted, p.root.Cert), p.clients.Signatures)
 	if found != nil && found.selfSigned && !p.fromRootSecret(found.root) {
 		// A CA with its key in tls.crt that dualca never read from the

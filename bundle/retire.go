@@ -22,7 +22,7 @@ import (
 // root and the server root, and reports the roots that leave it.
 func (p *planning) retire(trusted []*x509.Certificate, serverRoot *x509.Certificate, switchedAt time.Time) []*x509.Certificate {
 	settled := !p.now.Before(switchedAt.Add(p.t.TrustPropagationDelay))
-	kept, retired := retire(append(trusted, p.root.Cert, serverRoot), p.root.Cert, serverRoot, p.clients.Tracked && settled, p.clients, p.now)
+	kept, retired := splitRetired(append(trusted, p.root.Cert, serverRoot), p.root.Cert, serverRoot, p.clients.Tracked && settled, p.clients, p.now)
 	for _, r := range retired {
 		p.emit(Event{Reason: ReasonRootRetired, Message: "root " + describe(r.cert) + " retired: " + r.why})
 	}
@@ -34,16 +34,16 @@ type retirement struct {
 	why  string
 }
 
-// retire returns the bundle to write and the roots that leave it. Unused
-// roots may leave only when mayRetireUnused: client readiness is tracked
-// and settled.
-func retire(candidates []*x509.Certificate, current, server *x509.Certificate, mayRetireUnused bool, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
+// splitRetired returns the bundle to write and the roots that leave it.
+// Unused roots may leave only when mayRetireUnused: client readiness is
+// tracked and settled.
+func splitRetired(candidates []*x509.Certificate, current, server *x509.Certificate, mayRetireUnused bool, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
 	var keep []*x509.Certificate
 	var gone []retirement
 	sigs := clients.Signatures
 	currentFP, serverFP := sigs.fingerprint(current), sigs.fingerprint(server)
 	switched := serverFP == currentFP
-	for _, c := range sigs.normalize(candidates, time.Time{}) {
+	for _, c := range sigs.trustSet(candidates, time.Time{}) {
 		fp := sigs.fingerprint(c)
 		switch {
 		case fp == currentFP || fp == serverFP:

@@ -40,8 +40,8 @@ import (
 // The gateway Secret no longer carries a root's private key, only the
 // leaf's: a gateway that leaks its Secret cannot sign client certificates.
 
-// server is the credential found in, or decided for, tls.crt and tls.key.
-type server struct {
+// serverCredential is the credential found in, or decided for, tls.crt and tls.key.
+type serverCredential struct {
 	// root is the root the credential chains to: the "server root".
 	root *x509.Certificate
 	// leaf is the certificate presented; root itself in the legacy form.
@@ -64,7 +64,7 @@ type server struct {
 // reach. It then carries a chain of cross-certificates from the server root
 // to the current root, each root certified by the next one to have been
 // current: clients that trust any root along it can verify the server.
-func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept []*x509.Certificate) *server {
+func (p *planning) credential(found *serverCredential, serverRoot *x509.Certificate, kept []*x509.Certificate) *serverCredential {
 	s := found
 	switch {
 	case s == nil || s.selfSigned:
@@ -87,7 +87,7 @@ func (p *planning) credential(found *server, serverRoot *x509.Certificate, kept 
 // issue is a leaf of serverRoot signed with keyPEM, in place of found (nil
 // if there was none). why, when not empty, is why a leaf found is issued
 // again: that is told. A failure is told too, and keeps the credential found.
-func (p *planning) issue(found *server, serverRoot *x509.Certificate, keyPEM []byte, why string) *server {
+func (p *planning) issue(found *serverCredential, serverRoot *x509.Certificate, keyPEM []byte, why string) *serverCredential {
 	profile := DefaultServerProfile()
 	if p.t.Server != nil {
 		profile = p.t.Server.withDefaults()
@@ -100,7 +100,7 @@ func (p *planning) issue(found *server, serverRoot *x509.Certificate, keyPEM []b
 		p.emit(Event{Warning: true, Reason: ReasonServerCredentialFailed,
 			Message: "could not issue a server certificate, keeping the credential found (none if none was): " + err.Error()})
 		if found == nil {
-			return &server{root: serverRoot}
+			return &serverCredential{root: serverRoot}
 		}
 		return found
 	}
@@ -115,7 +115,7 @@ func (p *planning) issue(found *server, serverRoot *x509.Certificate, keyPEM []b
 // dualca does not hold, has expired. The switch rule (switch.go) moves the
 // server to the current root, with a fresh leaf, before that: this is the
 // alarm should it ever not.
-func (p *planning) warnExpiring(s *server) {
+func (p *planning) warnExpiring(s *serverCredential) {
 	if s.leaf == nil || s.selfSigned || !p.now.After(s.leaf.NotAfter) {
 		return
 	}
@@ -129,7 +129,7 @@ func (p *planning) warnExpiring(s *server) {
 // form) or is signed by one of roots, the recorded server root if it is one
 // of them. Cross-certificates are kept when they certify the server root and
 // are signed by one of roots. nil means there is no usable credential.
-func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server {
+func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *serverCredential {
 	// As strict as KeyMatches, parsing tls.crt once: a chain of many links
 	// is read at every reconcile.
 	certs, err := gw.Parsed.certificates("tls.crt", gw.CertPEM)
@@ -139,7 +139,7 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 	if key, err := gw.Parsed.privateKey("tls.key", gw.KeyPEM); err != nil || keyMismatch(certs[0], key) != "" {
 		return nil
 	}
-	s := &server{leaf: certs[0], keyPEM: gw.KeyPEM}
+	s := &serverCredential{leaf: certs[0], keyPEM: gw.KeyPEM}
 	if isCA(s.leaf) {
 		s.root, s.selfSigned = s.leaf, true
 		return s
@@ -164,12 +164,12 @@ func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *server
 }
 
 // certPEM is tls.crt: the leaf, then the cross-certificates.
-func (s *server) certPEM(parsed *Parsed) []byte {
+func (s *serverCredential) certPEM(parsed *Parsed) []byte {
 	return parsed.encode(s.chain())
 }
 
 // chain is the certificates of tls.crt; none when no credential could be made.
-func (s *server) chain() []*x509.Certificate {
+func (s *serverCredential) chain() []*x509.Certificate {
 	if s.leaf == nil {
 		return nil
 	}
@@ -178,7 +178,7 @@ func (s *server) chain() []*x509.Certificate {
 
 // links is the number of cross-certificates of a credential found, 0 if
 // none was.
-func (s *server) links() int {
+func (s *serverCredential) links() int {
 	if s == nil {
 		return 0
 	}
@@ -188,7 +188,7 @@ func (s *server) links() int {
 // leafUntil is when the leaf of a credential found expires: zero if none
 // was found, or it is the legacy form (the root itself, whose expiry is
 // the server root's).
-func (s *server) leafUntil() time.Time {
+func (s *serverCredential) leafUntil() time.Time {
 	if s == nil || s.leaf == nil || s.selfSigned {
 		return time.Time{}
 	}
@@ -196,7 +196,7 @@ func (s *server) leafUntil() time.Time {
 }
 
 // rootOrNil is the server root of a credential found, nil if none was.
-func (s *server) rootOrNil() *x509.Certificate {
+func (s *serverCredential) rootOrNil() *x509.Certificate {
 	if s == nil {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (s *server) rootOrNil() *x509.Certificate {
 // subject is the root's with " server" added, not the root's own: a leaf
 // whose subject equals its issuer's is taken for self-signed by some
 // verifiers (OpenSSL flags it from the names and key identifiers alone).
-func issueServer(root *x509.Certificate, rootKeyPEM []byte, profile ServerProfile, now time.Time) (*server, error) {
+func issueServer(root *x509.Certificate, rootKeyPEM []byte, profile ServerProfile, now time.Time) (*serverCredential, error) {
 	signer, err := parsePrivateKey("tls.key", rootKeyPEM)
 	if err != nil {
 		return nil, err
@@ -242,7 +242,7 @@ func issueServer(root *x509.Certificate, rootKeyPEM []byte, profile ServerProfil
 	if err != nil {
 		return nil, fmt.Errorf("encoding the server key: %w", err)
 	}
-	return &server{root: root, leaf: leaf, keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
+	return &serverCredential{root: root, leaf: leaf, keyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}, nil
 }
 
 // serverSubject is the root's subject with " server" added to its common

@@ -32,11 +32,11 @@ func Fingerprint(c *x509.Certificate) string {
 // dropped. It does not modify its input slice.
 func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 	var none *Signatures
-	return none.normalize(certs, now)
+	return none.trustSet(certs, now)
 }
 
-// normalize is Normalize, the fingerprints remembered.
-func (s *Signatures) normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
+// trustSet is Normalize, the fingerprints remembered.
+func (s *Signatures) trustSet(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 	type entry struct {
 		cert *x509.Certificate
 		fp   string

@@ -46,7 +46,7 @@ func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.T
 
 // switchServer records in st the switch decideSwitch decides, if any, and
 // reports whether the server moves to the current root now.
-func (p *planning) switchServer(st *State, found *server) bool {
+func (p *planning) switchServer(st *State, found *serverCredential) bool {
 	sw := p.decideSwitch(found.rootOrNil(), found.leafUntil(), found.links(), *st)
 	if !sw.switchNow {
 		return false

@@ -141,14 +141,14 @@ var ErrIssuerNotOfTheRoot = errors.New("the client issuer does not sign with the
 
 // CheckIssuer reads the issuer that selects clients and refuses one that
 // is not a CA issuer of the root Secret's name, or of the issuing Secret's
-// (issuing, beside the root; its zero value when there is none): every
+// (issuingSecret, beside the root; its zero value when there is none): every
 // rotation would then wait for clients that never come to the new root,
 // and the switch for the grace period. An issuer not found yet (created after dualca) is only
 // logged, and so is one of another group, whose shape dualca cannot tell.
 // A ClusterIssuer reads its Secret from cert-manager's cluster resource
 // namespace, which dualca cannot see: the name is checked, the namespace
 // is the operator's to keep the root Secret's.
-func CheckIssuer(ctx context.Context, api client.Reader, issuer IssuerRef, root, issuing types.NamespacedName, log logr.Logger) error {
+func CheckIssuer(ctx context.Context, api client.Reader, issuer IssuerRef, root, issuingSecret types.NamespacedName, log logr.Logger) error {
 	if !issuer.certManagers() {
 		log.Info("the client issuer is not cert-manager's own: dualca cannot check that it signs with the root secret", "issuer", issuer.String())
 		return nil
@@ -176,13 +176,13 @@ func CheckIssuer(ctx context.Context, api client.Reader, issuer IssuerRef, root,
 		return fmt.Errorf("reading the client issuer %s (dualca needs get on it): %w", where, err)
 	}
 	want := fmt.Sprintf("the root secret %q", root.Name)
-	if issuing.Name != "" {
-		want += fmt.Sprintf(" or the issuing secret %q", issuing.Name)
+	if issuingSecret.Name != "" {
+		want += fmt.Sprintf(" or the issuing secret %q", issuingSecret.Name)
 	}
 	switch {
 	case spec.CA == nil:
 		return fmt.Errorf("%w: %s is not a CA issuer; name the issuer whose spec.ca.secretName is %s", ErrIssuerNotOfTheRoot, where, want)
-	case spec.CA.SecretName != root.Name && (issuing.Name == "" || spec.CA.SecretName != issuing.Name):
+	case spec.CA.SecretName != root.Name && (issuingSecret.Name == "" || spec.CA.SecretName != issuingSecret.Name):
 		return fmt.Errorf("%w: %s signs with secret %q, not %s", ErrIssuerNotOfTheRoot, where, spec.CA.SecretName, want)
 	}
 	return nil

@@ -373,12 +373,12 @@ func (a *publishedReport) progressOnly(b *publishedReport) bool {
 }
 
 // reportJSON is r without what changes at every publish (observedAt) and,
-// withoutProgress, without the client counts. r is not changed: what is
+// progressLeftOut, without the client counts. r is not changed: what is
 // left out is left out of shallow copies.
-func reportJSON(r *Report, withoutProgress bool) []byte {
+func reportJSON(r *Report, progressLeftOut bool) []byte {
 	c := *r
 	c.ObservedAt, c.PollInterval = nil, ""
-	if withoutProgress {
+	if progressLeftOut {
 		c.Clients = nil
 		c.Roots = slices.Clone(c.Roots)
 		for i := range c.Roots {
