@@ -25,6 +25,38 @@ func rootSecret(key types.NamespacedName, r *bundle.Root, typ corev1.SecretType)
 		Data: map[string][]byte{corev1.TLSCertKey: r.CertPEM, corev1.TLSPrivateKeyKey: r.KeyPEM, caKey: r.CertPEM}}
 }
 
+// pollFixture is a reconciler of one combined gateway Secret whose API
+// server (a fake) passes each read's key to get first: an error it returns
+// is the read's. The root Secret holds rt.r1; the poll interval is testPoll.
+type pollFixture struct {
+	rt    *rotation
+	clk   *clocktesting.FakeClock
+	api   client.WithWatch
+	store *gatewayStore
+	r     *Reconciler
+}
+
+const testPoll = time.Minute
+
+func newPollFixture(t *testing.T, get func(client.ObjectKey) error) *pollFixture {
+	f := &pollFixture{rt: newRotation(t)}
+	f.clk = clocktesting.NewFakeClock(f.rt.now)
+	f.api = interceptor.NewClient(fake.NewClientBuilder().WithObjects(rootSecret(f.rt.rootK, f.rt.r1, corev1.SecretTypeTLS)).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := get(key); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	f.store = &gatewayStore{targets: combined(), api: f.api, writer: f.api, rootKey: f.rt.rootK, clock: f.clk, pollInterval: testPoll,
+		parsed: bundle.NewParsed(), record: &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}, api: f.api, writer: f.api}}
+	m := NewMetrics()
+	f.r = &Reconciler{store: f.store, strategy: &zeroDowntime{timings: f.rt.timings, clock: f.clk}, clock: f.clk,
+		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+	return f
+}
+
 // TestAFailedPollIsNoPoll: the poll reads root and targets from the API
 // server, which is what repairs a lost watch. A poll whose reads failed
 // must not count as one: the next reconcile polls again, not the one a
@@ -33,24 +65,16 @@ func TestAFailedPollIsNoPoll(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
-	rt := newRotation(t)
-	clk := clocktesting.NewFakeClock(rt.now)
 	failGateway := false
-	api := interceptor.NewClient(fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build(), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if failGateway && key == rt.gateway {
-				return errors.New("the API server is away")
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
+	var f *pollFixture
+	f = newPollFixture(t, func(key client.ObjectKey) error {
+		if failGateway && key == f.rt.gateway {
+			return errors.New("the API server is away")
+		}
+		return nil
 	})
-	cache := fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build()
-	const poll = time.Minute
-	store := &gatewayStore{targets: combined(), api: api, writer: api, rootCache: cache, rootKey: rt.rootK, clock: clk, pollInterval: poll,
-		parsed: bundle.NewParsed(), record: &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}, api: api, writer: api}}
-	m := NewMetrics()
-	r := &Reconciler{store: store, strategy: &zeroDowntime{timings: rt.timings, clock: clk}, clock: clk,
-		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+	rt, clk, store, r := f.rt, f.clk, f.store, f.r
+	store.rootCache = fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build()
 	fresh := func() bool {
 		_, how := store.source(0)
 		return how.fresh()
@@ -68,7 +92,7 @@ func TestAFailedPollIsNoPoll(t *testing.T) {
 	_, err = r.attempt(ctx, 0)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fresh()).To(BeFalse(), "a poll that succeeded counts: the reconciles until the next read the caches")
-	clk.SetTime(began.Add(poll * 9 / 10))
+	clk.SetTime(began.Add(testPoll * 9 / 10))
 	g.Expect(fresh()).To(BeTrue(), "the next poll is due an interval (less its jitter) after the last began")
 	_, how := store.source(1)
 	g.Expect(how).To(Equal(retrying), "a retry after a conflict always reads fresh")
@@ -83,29 +107,19 @@ func TestAPollReadsTheRootAndTheGatewayAlone(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
-	rt := newRotation(t)
-	clk := clocktesting.NewFakeClock(rt.now)
 	var gets []types.NamespacedName
-	api := interceptor.NewClient(fake.NewClientBuilder().WithObjects(rootSecret(rt.rootK, rt.r1, corev1.SecretTypeTLS)).Build(), interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			gets = append(gets, key)
-			return c.Get(ctx, key, obj, opts...)
-		},
+	f := newPollFixture(t, func(key client.ObjectKey) error {
+		gets = append(gets, key)
+		return nil
 	})
-	const poll = time.Minute
-	recordKey := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}
-	store := &gatewayStore{targets: combined(), api: api, writer: api, rootKey: rt.rootK, clock: clk, pollInterval: poll,
-		parsed: bundle.NewParsed(), record: &record{key: recordKey, api: api, writer: api}}
-	m := NewMetrics()
-	r := &Reconciler{store: store, strategy: &zeroDowntime{timings: rt.timings, clock: clk}, clock: clk,
-		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+	rt, clk, api, r, recordKey := f.rt, f.clk, f.api, f.r, f.store.record.key
 
 	_, err := r.attempt(ctx, 0)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(gets).To(ConsistOf(rt.rootK, recordKey, rt.gateway), "the first reconcile reads the record once")
 	for range 3 {
 		gets = nil
-		clk.Step(poll)
+		clk.Step(testPoll)
 		_, err = r.attempt(ctx, 0)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(gets).To(ConsistOf(rt.rootK, rt.gateway), "a poll at rest: the root and the gateway, nothing else")
@@ -118,7 +132,7 @@ func TestAPollReadsTheRootAndTheGatewayAlone(t *testing.T) {
 	g.Expect(api.Get(ctx, rt.rootK, root)).To(Succeed())
 	root.Data = rootSecret(rt.rootK, rt.r2, corev1.SecretTypeTLS).Data
 	g.Expect(api.Update(ctx, root)).To(Succeed())
-	clk.Step(poll)
+	clk.Step(testPoll)
 	_, err = r.attempt(ctx, 0)
 	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the record gone: %v", err)
 	gets = nil
