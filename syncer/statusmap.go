@@ -77,6 +77,10 @@ type statusMap struct {
 	// when; read and written by publish alone.
 	published   *publishedReport
 	publishedAt time.Time
+	// ours are the resourceVersions of dualca's last writes of the
+	// ConfigMap, newest last: a version found that is none of them was
+	// written by someone else, and what it holds is compared anew.
+	ours []string
 }
 
 // newStatusMapOf is the status map of the manager's reconciler: the API
@@ -249,9 +253,10 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 	case !promoteKept && read.Annotations[bundle.AnnotationPromote] != "":
 		return m.consume(ctx, read, r, body)
 	}
-	if m.published == nil && read != nil {
-		// What an earlier dualca published: a restart at rest writes
-		// nothing either.
+	if read != nil && (m.published == nil || !slices.Contains(m.ours, read.ResourceVersion)) {
+		// What an earlier dualca published (a restart at rest writes
+		// nothing either), or what someone else left there: a report
+		// edited by hand is written back as dualca has it.
 		m.published = publishedOf(parseReport(read.Data[StatusKey]))
 	}
 	since := m.clock.Since(m.publishedAt)
@@ -332,7 +337,12 @@ func (m *statusMap) consume(ctx context.Context, read *corev1.ConfigMap, r *Repo
 func (m *statusMap) wrote(cm *corev1.ConfigMap, r *publishedReport) {
 	m.read.Store(cm)
 	m.published, m.publishedAt = r, m.clock.Now()
+	m.ours = append(m.ours[max(0, len(m.ours)-oursKept+1):], cm.ResourceVersion)
 }
+
+// oursKept is how many of its own writes the status map knows by
+// resourceVersion: enough for a cache a few writes behind.
+const oursKept = 8
 
 // parseReport is the report a ConfigMap holds; nil when none can be read.
 func parseReport(b string) *Report {

@@ -243,6 +243,18 @@ func TestThePublisherWritesWhatChanged(t *testing.T) {
 	g.Expect(restarted.publish(f.ctx, phase.copy(), true)).To(Equal(published{}), "a dualca started again, the same report: nothing written")
 	g.Expect(f.get().ResourceVersion).To(Equal(rv))
 
+	edited := f.get()
+	edited.Data[StatusKey] = `{"phase":"Steady","attention":[]}`
+	g.Expect(f.c.Update(f.ctx, edited)).To(Succeed())
+	_, _, err = f.m.controls(f.ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.publish(phase, true).wrote).To(BeTrue(), "a report edited by someone else is written back")
+	g.Expect(f.published().Phase).To(Equal(string(bundle.PhaseRetiring)))
+	_, _, err = f.m.controls(f.ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.publish(phase, true)).To(Equal(published{}), "and then left alone")
+	rv = f.get().ResourceVersion
+
 	g.Expect(f.c.Delete(f.ctx, f.get())).To(Succeed())
 	f.clock.SetTime(f.clock.Now().Add(time.Second))
 	g.Expect(f.publish(phase, true).wrote).To(BeTrue(), "deleted: created again")
