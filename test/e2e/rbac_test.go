@@ -396,7 +396,12 @@ func (s *scenario) expectEveryPermissionUsed(roles []*rbacv1.Role, log *apireque
 						// A client is triggered from the cached Certificate; it is read
 						// with get only when that update conflicts.
 						case verb == "list" && used("watch"), verb == "patch" && resource == "events",
-							verb == "get" && resource == "certificates" && usedOn("certificates/status", "update"):
+							verb == "get" && resource == "certificates" && usedOn("certificates/status", "update"),
+							// The Secret that would shadow the bundle and the status
+							// ConfigMap are read from their caches (the poll reads the
+							// root and the gateway alone); get only on a retry after a
+							// conflict.
+							verb == "get" && (resource == "secrets" || resource == "configmaps") && used("watch"):
 							excused = append(excused, what)
 						default:
 							unused = append(unused, what)
