@@ -210,8 +210,12 @@ func (m *Monitor) follow(ctx context.Context, secrets typedcorev1.SecretInterfac
 		w, err := secrets.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
 		expired := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 		if err == nil {
+			began := time.Now()
 			rv, expired = m.events(w, rv)
 			w.Stop()
+			if !expired && time.Since(began) < time.Second {
+				pause(ctx) // a watch the API server ends at once: no busy loop
+			}
 		}
 		for expired && ctx.Err() == nil {
 			if rv, err = m.list(ctx, secrets); err == nil {
