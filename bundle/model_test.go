@@ -89,12 +89,12 @@ type model struct {
 	tampered bool
 	// The objects the gateway reads, apart from the record (m.gw): their
 	// writes fail while writesFail (an outage, a policy), and the record's
-	// while recordFails. The syncer writes them first and the record last
-	// (the record then stays as it was); in histories where recordFirst,
-	// an earlier version's order, the record first, so the objects lag
-	// behind it. written is the bundle they last got, and writtenAt when
-	// each of its roots first reached them, by dualca's clock.
-	writesFail, recordFails, recordFirst bool
+	// while recordFails. The syncer writes the record beside them, so
+	// either may land without the other: the objects ahead of the record
+	// (its write lost), or behind it (theirs refused). written is the
+	// bundle they last got, and writtenAt when each of its roots first
+	// reached them, by dualca's clock.
+	writesFail, recordFails bool
 	// recordLate counts the decisions written to the objects the gateway
 	// reads whose record write failed.
 	recordLate int
@@ -161,9 +161,6 @@ func newModel(t *testing.T, seed uint64) *model {
 	// From now on, in a third of the histories, the clients' Issuer reads
 	// dualca's issuing Secret instead of the root Secret.
 	m.issuingOn = seed%3 == 1
-	if m.recordFirst = (seed*0x9e3779b97f4a7c15)>>63 == 1; m.recordFirst {
-		m.trace = append(m.trace, "the record written first (an earlier version's order)")
-	}
 	return m
 }
 
@@ -289,21 +286,18 @@ func (m *model) reconcile() {
 	}
 	before := m.written
 	// lost: the objects the gateway reads got the decision, its record
-	// did not (a crash between the writes, a record write refused): the
-	// invariants hold of what they serve, and the next decision starts
-	// from the record as it was.
-	lost := !m.recordFirst && !m.writesFail && m.recordFails
+	// did not (a crash, a record write refused): the invariants hold of
+	// what they serve, and the next decision starts from the record as it
+	// was. The other way round, the record got it and they did not: they
+	// lag behind it until a write reaches them.
+	lost := !m.writesFail && m.recordFails
 	switch {
-	case m.recordFirst:
-		m.apply(d)
-		if !m.writesFail {
-			m.wrote(d.CAPEM)
-		}
-	case m.writesFail:
-		// The objects the gateway reads refused, the record is not
-		// written either: nothing follows the decision.
+	case m.writesFail && m.recordFails:
+		// Nothing written: nothing follows the decision.
 		m.checkProvenance(prev, d, root)
 		return
+	case m.writesFail:
+		m.apply(d)
 	default:
 		m.wrote(d.CAPEM)
 		m.apply(d)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,97 +181,214 @@ func TestTheRootIsParsedOncePerContent(t *testing.T) {
 	g.Expect(err).To(BeAssignableToTypeOf(invalid))
 }
 
-// TestTheTargetsAreWrittenBeforeTheRecord: a decision reaches the gateway
-// first and its record after, so a new root is one request from the
-// gateway, not two. A record write refused (or a crash) after the
-// gateway's leaves the gateway ahead of the record, sealed: neither the
-// same dualca nor one started afresh takes it for tampering, and once the
-// record is written a writer's replay of an older gateway is tampering
-// again. A tampering found by a reconcile whose record write failed is
-// still told, once, by the one that writes it.
-func TestTheTargetsAreWrittenBeforeTheRecord(t *testing.T) {
-	t.Parallel()
-	g := NewWithT(t)
-	ctx := context.Background()
-	rt := newRotation(t)
-	recKey := types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}
-	var writes []string
-	refuse := false
-	note := func(verb string, obj client.Object) error {
-		writes = append(writes, verb+" "+obj.GetName())
-		if refuse && obj.GetName() == recKey.Name {
-			return errors.New("refused by a policy")
-		}
-		return nil
+// writeLog is a client that notes every create and update, refuses those
+// of the objects named in refuse, and holds a write of the object named
+// by waitFor until one of the object named by until has begun.
+type writeLog struct {
+	mu       sync.Mutex
+	writes   []string
+	refuse   map[string]bool
+	waitFor  string
+	until    string
+	begun    chan struct{}
+	didBegin bool
+}
+
+func (l *writeLog) note(ctx context.Context, verb string, obj client.Object) error {
+	l.mu.Lock()
+	l.writes = append(l.writes, verb+" "+obj.GetName())
+	refused, wait, begun := l.refuse[obj.GetName()], l.waitFor == obj.GetName(), l.begun
+	if l.until == obj.GetName() && !l.didBegin {
+		l.didBegin = true
+		close(l.begun)
 	}
-	c := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+	l.mu.Unlock()
+	if wait {
+		select {
+		case <-begun:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Second):
+			return errors.New("the other write never began: the writes are not concurrent")
+		}
+	}
+	if refused {
+		return errors.New("refused by a policy")
+	}
+	return nil
+}
+
+// set refuses the writes of the objects named, and forgets the writes noted.
+func (l *writeLog) set(refused ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes, l.refuse = nil, map[string]bool{}
+	for _, name := range refused {
+		l.refuse[name] = true
+	}
+}
+
+// hold makes the next write of waitFor wait until one of until has begun.
+func (l *writeLog) hold(waitFor, until string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waitFor, l.until, l.begun, l.didBegin = waitFor, until, make(chan struct{}), false
+}
+
+func (l *writeLog) noted() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.writes)
+}
+
+func (l *writeLog) client() client.Client {
+	return interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if err := note("create", obj); err != nil {
+			if err := l.note(ctx, "create", obj); err != nil {
 				return err
 			}
 			return c.Create(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if err := note("update", obj); err != nil {
+			if err := l.note(ctx, "update", obj); err != nil {
 				return err
 			}
 			return c.Update(ctx, obj, opts...)
 		},
 	})
-	start := func() *gatewayStore {
-		return &gatewayStore{targets: combined(), api: c, writer: c, clock: clocktesting.NewFakePassiveClock(rt.now),
-			parsed: bundle.NewParsed(), record: &record{key: recKey, api: c, writer: c}}
-	}
-	write := func(s *gatewayStore, d bundle.Decision, root *bundle.Root) (written, gatewayRead, error) {
-		read, err := s.readGateway(ctx, retrying)
-		g.Expect(err).NotTo(HaveOccurred())
-		w, err := s.write(ctx, read, d, root)
-		return w, read, err
-	}
-	gateway := func() *corev1.Secret {
-		gw := &corev1.Secret{}
-		g.Expect(c.Get(ctx, rt.gateway, gw)).To(Succeed())
-		return gw
-	}
+}
 
-	s := start()
-	_, _, err := write(s, rt.steady, rt.r1)
+// writeFixture is a gateway Secret and its record behind a writeLog.
+type writeFixture struct {
+	g      Gomega
+	rt     *rotation
+	log    *writeLog
+	c      client.Client
+	record types.NamespacedName
+}
+
+func newWriteFixture(t *testing.T) *writeFixture {
+	log := &writeLog{refuse: map[string]bool{}}
+	return &writeFixture{g: NewWithT(t), rt: newRotation(t), log: log, c: log.client(),
+		record: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
+}
+
+// start is a dualca started afresh: it knows nothing but the API server.
+func (f *writeFixture) start() *gatewayStore {
+	return &gatewayStore{targets: combined(), api: f.c, writer: f.c, clock: clocktesting.NewFakePassiveClock(f.rt.now),
+		parsed: bundle.NewParsed(), record: &record{key: f.record, api: f.c, writer: f.c}}
+}
+
+// write reads what s starts from and writes d.
+func (f *writeFixture) write(s *gatewayStore, d bundle.Decision, root *bundle.Root) (written, gatewayRead, error) {
+	read, err := s.readGateway(context.Background(), retrying)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	w, err := s.write(context.Background(), read, d, root)
+	return w, read, err
+}
+
+func (f *writeFixture) gateway() *corev1.Secret {
+	gw := &corev1.Secret{}
+	f.g.Expect(f.c.Get(context.Background(), f.rt.gateway, gw)).To(Succeed())
+	return gw
+}
+
+// TestTheRecordIsWrittenBesideTheTargets: a decision's record is written
+// at the same time as the gateway, not after it, so a root that comes
+// meanwhile waits for the longer of the two writes, not their sum (the
+// gateway's write here is held until the record's has begun: written one
+// after the other, they would never finish). A record write refused (or a
+// crash) leaves the gateway ahead of the record, sealed: neither the same
+// dualca nor one started afresh takes it for tampering, and once the
+// record is written a writer's replay of an older gateway is tampering
+// again. A tampering found by a reconcile whose record write failed is
+// still told, once, by the one that writes it.
+func TestTheRecordIsWrittenBesideTheTargets(t *testing.T) {
+	t.Parallel()
+	f := newWriteFixture(t)
+	g, rt, rec := f.g, f.rt, f.record.Name
+
+	s := f.start()
+	f.log.hold("gw", rec)
+	_, _, err := f.write(s, rt.steady, rt.r1)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(writes).To(Equal([]string{"create gw", "create gw-dualca-state"}), "the gateway first")
-	steady := gateway()
+	g.Expect(f.log.noted()).To(ConsistOf("create gw", "create "+rec), "the gateway and its record at once")
+	steady := f.gateway()
 
-	refuse, writes = true, nil
-	_, _, err = write(s, rt.renew, rt.r2)
+	f.log.set(rec)
+	f.log.hold(rec, "gw")
+	_, _, err = f.write(s, rt.renew, rt.r2)
 	g.Expect(err).To(MatchError(ContainSubstring("refused by a policy")))
-	g.Expect(writes).To(Equal([]string{"update gw", "update gw-dualca-state"}))
-	g.Expect(gateway().Data[caKey]).To(Equal(rt.renew.CAPEM), "the gateway trusts the new root already")
-	g.Expect(gateway().Annotations).To(HaveKey(annotationSeal))
+	g.Expect(f.log.noted()).To(ConsistOf("update gw", "update "+rec))
+	g.Expect(f.gateway().Data[caKey]).To(Equal(rt.renew.CAPEM), "the gateway trusts the new root already")
+	g.Expect(f.gateway().Annotations).To(HaveKey(annotationSeal))
 
-	_, read, _ := write(s, rt.renew, rt.r2)
+	_, read, _ := f.write(s, rt.renew, rt.r2)
 	g.Expect(read.tampered).To(BeEmpty(), "its own write, its record refused")
-	_, read, _ = write(start(), rt.renew, rt.r2)
+	_, read, _ = f.write(f.start(), rt.renew, rt.r2)
 	g.Expect(read.tampered).To(BeEmpty(), "a dualca started afresh knows the seal from the record's key")
 
-	refuse, writes = false, nil
-	w, _, err := write(start(), rt.renew, rt.r2)
+	f.log.set()
+	w, _, err := f.write(f.start(), rt.renew, rt.r2)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(w.tampered).To(BeEmpty())
-	g.Expect(writes).To(Equal([]string{"update gw-dualca-state"}), "the gateway holds the decision already: its record alone is written")
+	g.Expect(f.log.noted()).To(Equal([]string{"update " + rec}), "the gateway holds the decision already: its record alone is written")
 
-	replay := gateway()
+	replay := f.gateway()
 	replay.Data, replay.Annotations = steady.Data, steady.Annotations
-	g.Expect(c.Update(ctx, replay)).To(Succeed())
+	g.Expect(f.c.Update(context.Background(), replay)).To(Succeed())
 	next := bundle.Plan(rt.rotating, rt.r2, rt.clients, rt.timings, rt.now)
-	refuse = true
-	s = start()
-	_, read, err = write(s, next, rt.r2)
+	f.log.set(rec)
+	s = f.start()
+	_, read, err = f.write(s, next, rt.r2)
 	g.Expect(read.tampered).NotTo(BeEmpty(), "the older gateway, sealed for an older record, written back")
 	g.Expect(err).To(HaveOccurred(), "the next decision's record refused")
-	refuse = false
-	w, read, err = write(s, next, rt.r2)
+	f.log.set()
+	w, read, err = f.write(s, next, rt.r2)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(read.tampered).To(BeEmpty(), "the gateway is dualca's write again")
 	g.Expect(w.tampered).NotTo(BeEmpty(), "the tampering is told by the reconcile that wrote its record")
-	w, _, _ = write(s, next, rt.r2)
+	w, _, _ = f.write(s, next, rt.r2)
 	g.Expect(w.tampered).To(BeEmpty(), "and told once")
+}
+
+// TestARecordAheadOfItsGatewayRestartsTheDelay: the other order the
+// concurrent writes can leave. The gateway's write is refused as a new
+// root arrives and the record's is not: the record describes a gateway
+// that trusts the new root, the gateway does not. The next read takes the
+// gateway neither for tampering nor for up to date: it is lagging, so the
+// decision counts the new root's propagation delay from the write that
+// will bring it there (see lagging), and that write follows once the
+// gateway can be written.
+func TestARecordAheadOfItsGatewayRestartsTheDelay(t *testing.T) {
+	t.Parallel()
+	f := newWriteFixture(t)
+	g, rt, rec := f.g, f.rt, f.record.Name
+
+	s := f.start()
+	_, _, err := f.write(s, rt.steady, rt.r1)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	f.log.set("gw")
+	_, _, err = f.write(s, rt.renew, rt.r2)
+	g.Expect(err).To(MatchError(ContainSubstring("refused by a policy")))
+	g.Expect(f.log.noted()).To(ConsistOf("update gw", "update "+rec), "the record is written all the same")
+	g.Expect(f.gateway().Data[caKey]).To(Equal(rt.steady.CAPEM), "the gateway does not trust the new root yet")
+
+	for _, again := range []*gatewayStore{s, f.start()} {
+		read, err := again.readGateway(context.Background(), retrying)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(read.tampered).To(BeEmpty(), "dualca's own write, left behind")
+		g.Expect(read.state.Lagging).To(BeTrue(), "the gateway lacks the root its record says it trusts")
+		g.Expect(read.state.CAPEM).To(Equal(rt.renew.CAPEM), "the decisions start from the record")
+	}
+
+	f.log.set()
+	_, _, err = f.write(s, rt.renew, rt.r2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.gateway().Data[caKey]).To(Equal(rt.renew.CAPEM))
+	read, err := f.start().readGateway(context.Background(), retrying)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read.state.Lagging).To(BeFalse(), "caught up")
+	g.Expect(read.tampered).To(BeEmpty())
 }

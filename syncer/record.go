@@ -32,10 +32,11 @@ import (
 // remembers. A gateway that differs from the record is written again from
 // it, with a GatewayTampered Warning.
 //
-// The record is written after the targets: a new root reaches the gateway
-// one request after dualca read it, not two. A crash between the two
-// writes, or a record write refused for a while, leave a target ahead of
-// the record, holding a decision made from it. dualca tells such a target
+// The record is written beside the targets, at the same time: a new root
+// reaches the gateway one request after dualca read it, not two, and the
+// next root waits for the longer of the writes, not their sum. A crash
+// during the writes, or a record write refused for a while, leave a target
+// ahead of the record, holding a decision made from it. dualca tells such a target
 // from a writer's by its seal: each target it writes carries an HMAC, under
 // a key only the record holds (seal.key), of what it owns there and of the
 // record version the decision started from. A target sealed for the
@@ -47,7 +48,7 @@ import (
 // then counts from that write, never from the lost one).
 //
 // Targets that a failed write left behind the record (a target refused
-// while an earlier version wrote the record first) are still told apart:
+// while the record was written beside it) are told apart too:
 // the record keeps the digest of the last gateway dualca found as it meant
 // it (previousDigest), so that gateway is brought up to date without a
 // false alarm.

@@ -27,7 +27,7 @@ import (
 const progressEvery = 5 * time.Second
 
 // gatewayStore reads the root, dualca's record and the targets, and writes
-// the targets, then the record. What it keeps between reconciles is its
+// the targets and, beside them, the record. What it keeps between reconciles is its
 // own: when it last read from the API server (the poll), the record as it
 // last read or wrote it (record.go), each target's version, and when it
 // last wrote (to pace writes of the client progress alone). Reconciles run
@@ -454,8 +454,8 @@ type written struct {
 }
 
 // write creates or updates each target to hold d, those that hold the
-// bundle alone first (trust first), then records d in dualca's record,
-// and does nothing when all already do. Each target written is sealed for
+// bundle alone first (trust first), records d in dualca's record at the
+// same time, and does nothing when all already do. Each target written is sealed for
 // the record the decision started from (see sealOf), so that a record
 // write that does not follow (a crash, a refusal) leaves no false alarm.
 // Updates carry the resourceVersion that was read, so a concurrent writer
@@ -478,11 +478,32 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			return w, nil
 		}
 	}
+	// The record is written beside the targets, not after them: a root
+	// that comes meanwhile waits for the longer of the writes, not their
+	// sum. Either may fail without the other; both outcomes are handled
+	// (see the type record).
+	recorded := make(chan error, 1)
+	go func() { recorded <- s.record.write(ctx, s.targets, digests, read.meant, d, root) }()
+	err := s.writeTargets(ctx, read.found, desired, digests, &w)
+	if w.wrote {
+		s.untold.add(read.restoring(s.targets), read.tampered)
+	}
+	if err = writeError(err, <-recorded); err != nil {
+		return written{}, err
+	}
+	w.restored, w.tampered = s.untold.take()
+	return w, nil
+}
+
+// writeTargets writes each target to desired in writeOrder, and stops at
+// the first that fails: no target serves from a root another was not told
+// to trust.
+func (s *gatewayStore) writeTargets(ctx context.Context, found, desired []client.Object, digests map[string]string, w *written) error {
 	for _, i := range s.writeOrder() {
 		t := s.targets[i]
-		wrote, err := s.writeTarget(ctx, t, read.found[i], desired[i])
+		wrote, err := s.writeTarget(ctx, t, found[i], desired[i])
 		if err != nil {
-			return written{}, err
+			return err
 		}
 		if wrote {
 			t.seen = digests[t.id()]
@@ -492,14 +513,22 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 			}
 		}
 	}
-	if w.wrote {
-		s.untold.add(read.restoring(s.targets), read.tampered)
+	return nil
+}
+
+// writeError is what a write whose targets' part ended in targets and
+// whose record's ended in record returns: a conflict first, so that the
+// next attempt reads everything again, else the targets' error.
+func writeError(targets, record error) error {
+	switch {
+	case apierrors.IsConflict(targets):
+		return targets
+	case apierrors.IsConflict(record):
+		return record
+	case targets != nil:
+		return targets
 	}
-	if err := s.record.write(ctx, s.targets, digests, read.meant, d, root); err != nil {
-		return written{}, err
-	}
-	w.restored, w.tampered = s.untold.take()
-	return w, nil
+	return record
 }
 
 // seal puts the seal on desired, target found as written: found's own
@@ -522,7 +551,7 @@ func seal(desired, found client.Object, unchanged bool, sealed func() string) {
 
 // untold is what targets written were restored or tampered with, until a
 // reconcile that wrote them also wrote its record and tells them: a record
-// write that fails after the targets' would otherwise lose the tale, the
+// write that fails beside the targets' would otherwise lose the tale, the
 // targets then being dualca's own writes (sealed) at the next attempt.
 type untold struct {
 	restored []string
