@@ -80,31 +80,32 @@ func (s State) Held() bool {
 	return paused && s.Strategy == StrategyZeroDowntime
 }
 
-// control applies the pause annotation to st (recorded, told once) and
-// reports whether the rotation is paused.
-func (p *planning) control(st *State) bool {
-	st.Paused, st.Promote = p.gw.State.Paused, p.gw.State.Promote
-	paused, valid := PauseRequested(st.Paused)
-	was := !p.gw.State.PausedAt.IsZero()
+// control reads the pause annotation: whether it holds the rotation, and
+// since when dualca obeys it (zero when it does not), to be recorded so
+// that the pause and the resume are each told once.
+func (p *planning) control() (pausedAt time.Time, paused bool) {
+	value := p.gw.State.Paused
+	paused, valid := PauseRequested(value)
+	was := p.gw.State.PausedAt
 	switch {
-	case paused && !was:
-		st.PausedAt = p.stamp
+	case paused && was.IsZero():
 		e := Event{Reason: ReasonRotationPaused,
 			Message: "rotation paused by the operator: new roots are trusted, but no client is renewed and the server switches only if its root is about to expire"}
 		if !valid {
 			e.Warning = true
-			e.Message = fmt.Sprintf("annotation %s=%q is neither %q nor %q: read as paused; ", AnnotationPaused, st.Paused, PausedTrue, PausedFalse) + e.Message
+			e.Message = fmt.Sprintf("annotation %s=%q is neither %q nor %q: read as paused; ", AnnotationPaused, value, PausedTrue, PausedFalse) + e.Message
 		}
 		p.emit(e)
+		return p.stamp, true
 	case paused:
-		st.PausedAt = p.gw.State.PausedAt
-		if st.PausedAt.After(p.stamp) {
-			st.PausedAt = p.stamp
+		if was.After(p.stamp) {
+			return p.stamp, true
 		}
-	case was:
-		p.emit(Event{Reason: ReasonRotationResumed, Message: "rotation resumed by the operator, paused since " + formatTime(p.gw.State.PausedAt)})
+		return was, true
+	case !was.IsZero():
+		p.emit(Event{Reason: ReasonRotationResumed, Message: "rotation resumed by the operator, paused since " + formatTime(was)})
 	}
-	return paused
+	return time.Time{}, false
 }
 
 // promoted reports whether the operator's promote names the current root
@@ -113,21 +114,23 @@ func (p *planning) promoted(st State, server *x509.Certificate) bool {
 	return st.Promote != "" && st.Promote == p.root.Fingerprint && Fingerprint(server) != p.root.Fingerprint
 }
 
-// settlePromote drops a promote once the server presents the current root
-// (it switched in this decision: consumed), or when it names another root.
-func (p *planning) settlePromote(st *State, serverRoot *x509.Certificate, switched bool) {
+// settlePromote returns the promote to record: none once the server
+// presents the current root (it switched in this decision: consumed), or
+// when it names another root; otherwise promote as found.
+func (p *planning) settlePromote(promote string, serverRoot *x509.Certificate, switched bool) string {
 	switch {
-	case st.Promote == "":
-	case switched && st.Promote == p.root.Fingerprint:
-		st.Promote = "" // consumed by the switch, in the same write
-	case st.Promote != p.root.Fingerprint:
+	case promote == "":
+	case switched && promote == p.root.Fingerprint:
+		return "" // consumed by the switch, in the same write
+	case promote != p.root.Fingerprint:
 		p.emit(Event{Warning: true, Reason: ReasonPromoteIgnored,
-			Message: fmt.Sprintf("promote to root %s ignored: the current root is %s; promote again to switch to it", Short(st.Promote), describe(p.root.Cert))})
-		st.Promote = ""
+			Message: fmt.Sprintf("promote to root %s ignored: the current root is %s; promote again to switch to it", Short(promote), describe(p.root.Cert))})
+		return ""
 	case Fingerprint(serverRoot) == p.root.Fingerprint:
 		p.emit(Event{Reason: ReasonPromoteIgnored, Message: "promote ignored: the server already presents root " + describe(p.root.Cert)})
-		st.Promote = ""
+		return ""
 	}
+	return promote
 }
 
 // promotedSwitch is the switch a promote makes: forced, with a Warning

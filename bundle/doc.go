@@ -13,7 +13,10 @@
 //   - The trust set (set.go, trust.go): fingerprints, chain checks (with
 //     Signatures to remember them), and a canonical, deterministic ordering
 //     and encoding of the roots in ca.crt, so that the gateway reloads only
-//     when the set really changes.
+//     when the set really changes. What decisions remember from one
+//     reconcile to the next (Signatures, Parsed) is kept by the types of
+//     bundle/internal/memo, whose doc says what identifies an entry and
+//     what a hit promises.
 //   - The server credential (server.go, crosschain.go): a leaf issued from
 //     the root the server switches to, followed by a chain of
 //     cross-certificates that every client population can verify.

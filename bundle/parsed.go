@@ -5,7 +5,8 @@ import (
 	"crypto"
 	"crypto/x509"
 	"slices"
-	"sync"
+
+	"github.com/dualca/dualca/bundle/internal/memo"
 )
 
 // Parsed remembers what decisions parsed from the gateway Secret's PEM:
@@ -14,39 +15,21 @@ import (
 // the server did not follow, and as many cross-certificates in tls.crt)
 // parsing them again, and encoding the same certificates back to the same
 // bytes, was most of what a decision cost, growing with every root. The
-// results are pure functions of the bytes, so they never go stale; the
-// certificates it returns are shared and must not be modified, as
-// x509.Certificate values never are here.
+// results are pure functions of the bytes, so they never go stale (see
+// package memo for what a hit promises); the certificates it returns are
+// shared and must not be modified, as x509.Certificate values never are
+// here.
 //
 // Whoever decides repeatedly (the syncer's gateway store, for as long as it
 // runs) keeps one and hands it to the decisions in Gateway.Parsed. It is
 // safe for concurrent use; a nil *Parsed parses every time.
 type Parsed struct {
-	mu      sync.Mutex
-	entries map[string]map[string]*parsedPEM // by kind, then PEM bytes
-	size    int
-}
-
-// maxParsed bounds a Parsed: the gateway's three fields as they are now and
-// as they were a few writes ago. When full it starts again empty, which
-// costs one parse of each field.
-const maxParsed = 16
-
-// parsedPEM is what one PEM field parsed to.
-type parsedPEM struct {
-	data  []byte // a copy: the caller's Secret may be reused
-	certs []*x509.Certificate
-	key   crypto.Signer
-	err   error
-	// canonical: Encode(certs) is data, so data can be written again as is.
-	canonical bool
-	// hash is Hash(data), once asked for (guarded by Parsed.mu).
-	hash string
+	pem memo.PEM
 }
 
 // NewParsed returns an empty Parsed.
 func NewParsed() *Parsed {
-	return &Parsed{entries: map[string]map[string]*parsedPEM{}}
+	return &Parsed{}
 }
 
 // Parse kinds: what a field was parsed as (the same bytes parse differently
@@ -57,48 +40,13 @@ const (
 	parsedKey   = "key\x00"
 )
 
-// lookup returns the entry for data parsed as kind, parsing it with parse
-// when it is not remembered.
-func (m *Parsed) lookup(kind string, data []byte, parse func(*parsedPEM)) *parsedPEM {
-	m.mu.Lock()
-	e, ok := m.entries[kind][string(data)] // no copy of data for a lookup
-	m.mu.Unlock()
-	if ok {
-		return e
-	}
-	e = &parsedPEM{data: bytes.Clone(data)}
-	parse(e)
-	e.canonical = e.certs != nil && bytes.Equal(Encode(e.certs), data)
-	m.store(kind, e)
-	return e
-}
-
-func (m *Parsed) store(kind string, e *parsedPEM) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.storeLocked(kind, e)
-}
-
-// remember stores what data parses to as kind, unless it is known.
-func (m *Parsed) remember(kind string, data []byte, certs []*x509.Certificate) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.entries[kind][string(data)]; !ok {
-		m.storeLocked(kind, &parsedPEM{data: bytes.Clone(data), certs: slices.Clone(certs), canonical: true})
-	}
-}
-
-func (m *Parsed) storeLocked(kind string, e *parsedPEM) {
-	if m.entries == nil || m.size >= maxParsed {
-		m.entries, m.size = map[string]map[string]*parsedPEM{}, 0
-	}
-	if m.entries[kind] == nil {
-		m.entries[kind] = map[string]*parsedPEM{}
-	}
-	if _, ok := m.entries[kind][string(e.data)]; !ok {
-		m.size++
-	}
-	m.entries[kind][string(e.data)] = e
+// lookup returns what data parsed to as kind, parsing it with parse when
+// it is not remembered.
+func (m *Parsed) lookup(kind string, data []byte, parse func(*memo.Parse)) *memo.Parse {
+	return m.pem.Lookup(kind, data, func(e *memo.Parse) {
+		parse(e)
+		e.Canonical = e.Certs != nil && bytes.Equal(Encode(e.Certs), data)
+	})
 }
 
 // written remembers what a decision wrote, as the next reconcile will read
@@ -113,10 +61,10 @@ func (m *Parsed) written(caPEM []byte, roots []*x509.Certificate, certPEM []byte
 		return
 	}
 	if len(roots) > 0 && !slices.ContainsFunc(roots, func(c *x509.Certificate) bool { return !isCA(c) }) {
-		m.remember(parsedCAs, caPEM, roots)
+		m.pem.Remember(parsedCAs, caPEM, roots)
 	}
 	if len(chain) > 0 && len(certPEM) <= MaxPEMBytes {
-		m.remember(parsedChain+"tls.crt\x00", certPEM, chain)
+		m.pem.Remember(parsedChain+"tls.crt\x00", certPEM, chain)
 	}
 }
 
@@ -126,16 +74,7 @@ func (m *Parsed) hash(data []byte) string {
 	if m == nil {
 		return Hash(data)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[parsedCAs][string(data)]
-	if !ok {
-		return Hash(data)
-	}
-	if e.hash == "" {
-		e.hash = Hash(data)
-	}
-	return e.hash
+	return m.pem.Hash(parsedCAs, data, Hash)
 }
 
 // casIn is the package's casIn, remembered.
@@ -144,7 +83,7 @@ func (m *Parsed) casIn(data []byte) []*x509.Certificate {
 		return casIn(data)
 	}
 	// A clone: callers append to what they get.
-	return slices.Clone(m.lookup(parsedCAs, data, func(e *parsedPEM) { e.certs = casIn(data) }).certs)
+	return slices.Clone(m.lookup(parsedCAs, data, func(e *memo.Parse) { e.Certs = casIn(data) }).Certs)
 }
 
 // certificates is ParseCertificates, remembered.
@@ -152,8 +91,8 @@ func (m *Parsed) certificates(field string, data []byte) ([]*x509.Certificate, e
 	if m == nil {
 		return ParseCertificates(field, data)
 	}
-	e := m.lookup(parsedChain+field+"\x00", data, func(e *parsedPEM) { e.certs, e.err = ParseCertificates(field, data) })
-	return slices.Clone(e.certs), e.err
+	e := m.lookup(parsedChain+field+"\x00", data, func(e *memo.Parse) { e.Certs, e.Err = ParseCertificates(field, data) })
+	return slices.Clone(e.Certs), e.Err
 }
 
 // privateKey is parsePrivateKey, remembered.
@@ -161,23 +100,17 @@ func (m *Parsed) privateKey(field string, data []byte) (crypto.Signer, error) {
 	if m == nil {
 		return parsePrivateKey(field, data)
 	}
-	e := m.lookup(parsedKey+field+"\x00", data, func(e *parsedPEM) { e.key, e.err = parsePrivateKey(field, data) })
-	return e.key, e.err
+	e := m.lookup(parsedKey+field+"\x00", data, func(e *memo.Parse) { e.Key, e.Err = parsePrivateKey(field, data) })
+	return e.Key, e.Err
 }
 
 // encode is Encode, returning the bytes certs were parsed from when they
-// are exactly the certificates (the same values, in the same order) of a
-// canonical entry: the same bundle at rest is not encoded again.
+// are exactly the certificates of a canonical parse: the same bundle at
+// rest is not encoded again.
 func (m *Parsed) encode(certs []*x509.Certificate) []byte {
 	if m != nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		for _, byData := range m.entries {
-			for _, e := range byData {
-				if e.canonical && slices.Equal(e.certs, certs) {
-					return bytes.Clone(e.data) // the decision's own, as Encode's would be
-				}
-			}
+		if data, ok := m.pem.Encoded(certs); ok {
+			return data // a copy, the decision's own, as Encode's would be
 		}
 	}
 	return Encode(certs)

@@ -91,16 +91,17 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	p := newPlanning(gw, root, clients, t, now)
 	trusted := p.trustedRoots()
 	st := p.startRotation(trusted)
-	p.paused = p.control(&st)
+	st.PausedAt, p.paused = p.control()
 	found := p.recordedServer(trusted)
 	intact := p.intact(trusted, found)
 	serverRoot := found.rootOrNil()
 	st.ClientsReadyAt = p.clientsReadyAt(st, serverRoot)
-	switched := p.switchServer(&st, found)
+	switched := p.switchServer(st, found)
 	if switched {
+		st.SwitchedAt, st.ClientsReadyAt = p.stamp, time.Time{}
 		serverRoot, found = root.Cert, nil
 	}
-	p.settlePromote(&st, serverRoot, switched)
+	st.Promote = p.settlePromote(st.Promote, serverRoot, switched)
 	kept := p.retire(trusted, serverRoot, st.SwitchedAt)
 	cred := p.credential(found, serverRoot, kept)
 	kept, refused := p.fit(kept, cred, intact)

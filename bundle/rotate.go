@@ -27,8 +27,9 @@ import (
 // record on the current root, RootAddedAt is now: the delay counts from
 // the write that reaches it.
 
-// startRotation returns the state carried over from the gateway Secret,
-// with the rotation the current root starts if it is a new one.
+// startRotation returns the state carried over from the gateway Secret
+// (the operator's annotations as found among it), with the rotation the
+// current root starts if it is a new one.
 func (p *planning) startRotation(trusted []*x509.Certificate) State {
 	prev := p.gw.State
 	st := State{
@@ -37,6 +38,8 @@ func (p *planning) startRotation(trusted []*x509.Certificate) State {
 		RootAddedAt:    prev.RootAddedAt,
 		SwitchedAt:     prev.SwitchedAt,
 		ClientsReadyAt: prev.ClientsReadyAt,
+		Paused:         prev.Paused,
+		Promote:        prev.Promote,
 	}
 	if prev.Root != p.root.Fingerprint {
 		st.Root, st.RootAddedAt, st.ClientsReadyAt = p.root.Fingerprint, p.stamp, time.Time{}

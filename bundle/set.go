@@ -8,8 +8,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/dualca/dualca/bundle/internal/memo"
 )
 
 // Fingerprint is the lowercase hex SHA-256 of c.Raw, the identity of a
@@ -81,72 +82,48 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 	return none.ChainsTo(leaf, root)
 }
 
-// Signatures remembers signature checks. A decision asks whether each
-// client's leaf chains to each root in the bundle, at every reconcile, and
-// roots of one CA share a subject name, so without it thousands of clients
-// would cost thousands of public-key operations per reconcile. A result is
-// a pure function of the two certificates' bytes, so it never goes stale:
-// whoever decides repeatedly (the syncer, for as long as it runs) keeps one,
-// hands it to the decisions in Clients and calls Advance before each, so
-// that what the decisions stopped asking about (a leaf replaced by a
-// renewal, a retired root) is forgotten. It is safe for concurrent use; a
-// nil *Signatures checks every time and remembers nothing.
+// Signatures is what decisions remember about certificates from one
+// reconcile to the next: each question a decision asks of it is a pure
+// function of the certificates' bytes, so an answer never goes stale (see
+// package memo for the identity of each key). Whoever decides repeatedly
+// (the syncer, for as long as it runs) keeps one, hands it to the decisions
+// in Clients and calls Advance before each, so that what the decisions
+// stopped asking about (a leaf replaced by a renewal, a retired root) is
+// forgotten. It is safe for concurrent use; a nil *Signatures checks every
+// time and remembers nothing.
 //
-// It also remembers the key that verified each certificate: a signature
-// verified by one key is not checked again against a root with another key
-// (each rotation brings one), since only whoever chooses that other key,
-// knowing the signature, could make it verify too, and a root crafted that
-// way is one dualca should not keep for the client anyway. A root renewed
-// with the same key is still checked.
+// It remembers five things, one part each:
 //
-// And it remembers the digest of the certificates it was asked about, by
-// address: the gateway's roots and cross-certificates (see Parsed) are the
-// same values from one reconcile to the next, and hashing each again for
-// every pair was most of what a reconcile at rest cost once the signatures
-// were remembered. A client's leaf (ClientLeaf) carries its own digests,
-// and one verified as it was read needs no check at all (LeafChainsTo).
+//   - verdicts: whether a certificate's signature verifies with a root's
+//     key. A decision asks whether each client's leaf chains to each root
+//     in the bundle, at every reconcile, and roots of one CA share a
+//     subject name, so without it thousands of clients would cost
+//     thousands of public-key operations per reconcile.
+//   - signers: the key that verified each certificate. A signature
+//     verified by one key is not checked again against a root with another
+//     key (each rotation brings one), since only whoever chooses that other
+//     key, knowing the signature, could make it verify too, and a root
+//     crafted that way is one dualca should not keep for the client anyway.
+//     A root renewed with the same key is still checked.
+//   - digests: the hashes of the certificates asked about, by address: the
+//     gateway's roots and cross-certificates (see Parsed) are the same
+//     values from one reconcile to the next. A client's leaf (ClientLeaf)
+//     carries its own digests, and one verified as it was read needs no
+//     check at all (LeafChainsTo).
+//   - answers: this generation's answers by the addresses asked about,
+//     which spares a decision and its metrics, asking again, the hashing
+//     of the verdicts' keys.
+//   - bonds: each client's bond to each root asked about (bonds.go), what
+//     survives from one reconcile to the next.
 type Signatures struct {
-	mu      sync.Mutex
-	gen     uint64 // the generation (see Advance)
-	seen    aging[[2][sha256.Size]byte, bool]
-	signer  aging[[sha256.Size]byte, [sha256.Size]byte] // certificate → the key that verified it
-	digests aging[*x509.Certificate, certDigest]
-	// asked holds the answers given in this generation, by the addresses
-	// asked about: a decision and its metrics ask about each client's leaf
-	// and each root several times, and this spares the later asks the
-	// hashing of seen's keys. Advance empties it; its keys keep the
-	// certificates alive until then, so an address cannot be reused.
-	asked map[[2]*x509.Certificate]bool
-	// bonds holds, for each root asked about, each client's bond to it
-	// (bonds.go): what survives from one reconcile to the next.
-	bonds []*bonds
-	// computed counts the bonds computed, for the tests of their reuse.
-	computed atomic.Uint64
+	mu       sync.Mutex // guards all but what a bond table guards itself
+	gen      uint64     // the generation (see Advance)
+	verdicts memo.Verdicts
+	signers  memo.Signers
+	digests  memo.Digests
+	answers  memo.Answers
+	bonds    memo.Bonds[bondCerts, bond]
 }
-
-// certDigest is what Signatures hashes of a certificate: the SHA-256 of
-// its Raw, of its RawSubjectPublicKeyInfo and of its RawSubject.
-type certDigest struct {
-	raw, key, subject [sha256.Size]byte
-	fp                string // Fingerprint, once asked for
-}
-
-func digestOf(c *x509.Certificate) certDigest {
-	return certDigest{raw: sha256.Sum256(c.Raw), key: sha256.Sum256(c.RawSubjectPublicKeyInfo), subject: sha256.Sum256(c.RawSubject)}
-}
-
-// maxDigests bounds the certificates whose digests a Signatures keeps (and
-// keeps alive) within one generation: the clients' leaves and a bundle's
-// roots several times over. When full it starts again empty.
-const maxDigests = 1 << 17
-
-// maxSignatures bounds the pairs a Signatures remembers within one
-// generation: about 150 bytes an entry, 40 MB when full. The bonds
-// (bonds.go) ask about a client's leaf and a root only when they have not
-// seen them together, but after a restart or a rotation that is each
-// client with each root of the bundle at once, so the bound must hold every
-// pair: 2^18 holds 50,000 clients with five roots.
-const maxSignatures = 1 << 18
 
 // NewSignatures returns an empty Signatures.
 func NewSignatures() *Signatures {
@@ -165,11 +142,11 @@ func (s *Signatures) Advance() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
-	s.asked = make(map[[2]*x509.Certificate]bool, len(s.asked))
-	s.seen.sweep(s.gen)
-	s.signer.sweep(s.gen)
-	s.digests.sweep(s.gen)
-	s.sweepBonds()
+	s.answers.Reset()
+	s.verdicts.Sweep(s.gen)
+	s.signers.Sweep(s.gen)
+	s.digests.Sweep(s.gen)
+	s.bonds.Sweep(s.gen)
 }
 
 // ChainsTo is the package's ChainsTo, with the signature check remembered.
@@ -198,53 +175,47 @@ func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool
 	if leaf == nil || root == nil {
 		return false
 	}
-	var d certDigest
+	var d memo.Digest
 	if s == nil {
-		d = digestOf(root)
+		d = memo.DigestOf(root)
 	} else {
 		s.mu.Lock()
-		d = *s.digest(root)
+		d = *s.digests.Of(root, s.gen)
 		s.mu.Unlock()
 	}
 	switch {
-	case leaf.sum == d.raw:
+	case leaf.sum == d.Raw:
 		return true
-	case leaf.issuer != d.subject:
+	case leaf.issuer != d.Subject:
 		return false
 	case leaf.unverified == nil:
-		return leaf.verifier == d.key && canSign(root)
+		return leaf.verifier == d.Key && canSign(root)
 	}
 	if s == nil {
 		return leaf.unverified.verifiedBy(root)
 	}
-	key := [2][sha256.Size]byte{leaf.sum, d.raw}
-	s.mu.Lock()
-	if v := s.seen.get(key, s.gen); v != nil {
-		s.mu.Unlock()
-		return *v
-	}
-	signedBy := d.key
-	if v := s.signer.get(leaf.sum, s.gen); v != nil {
-		signedBy = *v
-	}
-	s.mu.Unlock()
-	ok := signedBy == d.key && leaf.unverified.verifiedBy(root)
-	s.mu.Lock()
-	s.seen.put(key, ok, s.gen, maxSignatures)
-	if ok {
-		s.signer.put(leaf.sum, d.key, s.gen, maxSignatures)
-	}
-	s.mu.Unlock()
-	return ok
+	return s.check(memo.Pair{leaf.sum, d.Raw}, d.Key, func() bool { return leaf.unverified.verifiedBy(root) })
 }
 
-// digest returns c's digests, computed once per address. The caller holds
-// s.mu.
-func (s *Signatures) digest(c *x509.Certificate) *certDigest {
-	if d := s.digests.get(c, s.gen); d != nil {
-		return d
+// check returns the verdict on pair, whose signer's key has the digest
+// key, calling verify only when neither the verdicts nor the signers
+// answer it, and remembers what it found.
+func (s *Signatures) check(pair memo.Pair, key [sha256.Size]byte, verify func() bool) bool {
+	s.mu.Lock()
+	if ok, found := s.verdicts.Get(pair, s.gen); found {
+		s.mu.Unlock()
+		return ok
 	}
-	return s.digests.put(c, digestOf(c), s.gen, maxDigests)
+	signer, signed := s.signers.Get(pair[0], s.gen)
+	s.mu.Unlock()
+	ok := (!signed || signer == key) && verify()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verdicts.Put(pair, ok, s.gen)
+	if ok {
+		s.signers.Put(pair[0], key, s.gen)
+	}
+	return ok
 }
 
 // fingerprint is Fingerprint, remembered by address; a nil s remembers
@@ -255,69 +226,32 @@ func (s *Signatures) fingerprint(c *x509.Certificate) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := s.digest(c)
-	if d.fp == "" {
-		d.fp = hex.EncodeToString(d.raw[:])
-	}
-	return d.fp
+	return s.digests.Of(c, s.gen).Fingerprint()
 }
 
+// verify is ChainsTo's signature check, answered from this generation's
+// answers, then from the verdicts and signers.
 func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
-	asked := [2]*x509.Certificate{leaf, root}
 	s.mu.Lock()
-	if ok, found := s.asked[asked]; found {
+	if ok, found := s.answers.Get(leaf, root); found {
 		s.mu.Unlock()
 		return ok
 	}
-	rootDigest := s.digest(root)
-	key := [2][sha256.Size]byte{s.digest(leaf).raw, rootDigest.raw}
-	rootKey := rootDigest.key
-	var found, ok, signed bool
-	var signer [sha256.Size]byte
-	if v := s.seen.get(key, s.gen); v != nil {
-		found, ok = true, *v
-	}
-	if v := s.signer.get(key[0], s.gen); v != nil {
-		signed, signer = true, *v
-	}
-	if found {
-		s.remember(asked, ok)
-		s.mu.Unlock()
-		return ok
-	}
+	rootDigest := s.digests.Of(root, s.gen)
+	pair, key := memo.Pair{s.digests.Of(leaf, s.gen).Raw, rootDigest.Raw}, rootDigest.Key
 	s.mu.Unlock()
-	switch {
-	case signed && signer != rootKey:
-		ok = false
-	default:
-		ok = leaf.CheckSignatureFrom(root) == nil
-	}
+	ok := s.check(pair, key, func() bool { return leaf.CheckSignatureFrom(root) == nil })
 	s.mu.Lock()
-	s.seen.put(key, ok, s.gen, maxSignatures)
-	if ok {
-		s.signer.put(key[0], rootKey, s.gen, maxSignatures)
-	}
-	s.remember(asked, ok)
+	s.answers.Put(leaf, root, ok)
 	s.mu.Unlock()
 	return ok
-}
-
-// remember keeps an answer for the rest of the generation, up to
-// maxSignatures of them. The caller holds s.mu.
-func (s *Signatures) remember(asked [2]*x509.Certificate, ok bool) {
-	if s.asked == nil {
-		s.asked = map[[2]*x509.Certificate]bool{}
-	}
-	if len(s.asked) < maxSignatures {
-		s.asked[asked] = ok
-	}
 }
 
 // size is how many pairs and certificates s remembers.
 func (s *Signatures) size() (pairs, certificates int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.seen.len(), s.digests.len()
+	return s.verdicts.Len(), s.digests.Len()
 }
 
 // Contains reports whether set holds a certificate with c's fingerprint.

@@ -44,18 +44,14 @@ func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.T
 	return st.ClientsReadyAt
 }
 
-// switchServer records in st the switch decideSwitch decides, if any, and
-// reports whether the server moves to the current root now.
-func (p *planning) switchServer(st *State, found *serverCredential) bool {
-	sw := p.decideSwitch(found.rootOrNil(), found.leafUntil(), found.links(), *st)
-	if !sw.switchNow {
-		return false
-	}
-	st.SwitchedAt, st.ClientsReadyAt = p.stamp, time.Time{}
-	if sw.event != nil {
+// switchServer reports whether the server moves to the current root now,
+// as decideSwitch decides, telling why.
+func (p *planning) switchServer(st State, found *serverCredential) bool {
+	sw := p.decideSwitch(found.rootOrNil(), found.leafUntil(), found.links(), st)
+	if sw.switchNow && sw.event != nil {
 		p.emit(*sw.event)
 	}
-	return true
+	return sw.switchNow
 }
 
 // MaxServerChainLinks is the most cross-certificates dualca lets tls.crt
