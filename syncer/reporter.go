@@ -27,7 +27,7 @@ import (
 type reporter struct {
 	recorder recorder.EventRecorder
 	metrics  *Metrics
-	strategy Strategy
+	strategy strategy
 	rootKey  types.NamespacedName
 	qps      float64
 	// gateway is the primary target as the API server has it, or nil:

@@ -18,7 +18,7 @@ import (
 
 // StatusOptions say what Status looks at: the Secrets themselves, for a
 // tool that holds them (the demo). `dualca status` reads the status dualca
-// publishes instead (ReadStatus), which needs no Secret.
+// publishes instead (operator.ReadStatus), which needs no Secret.
 type StatusOptions struct {
 	GatewaySecret types.NamespacedName
 	// RootSecret, when set, is read and validated too.
@@ -71,10 +71,6 @@ type Report struct {
 	// Secrets (Status).
 	ObservedAt   *time.Time `json:"observedAt,omitempty"`
 	PollInterval string     `json:"pollInterval,omitempty"`
-
-	// age is how old ObservedAt was when the report was read (ReadStatus);
-	// 0 when unknown. Text output shows it.
-	age time.Duration
 }
 
 // TargetStatus is one object dualca writes the rotation to.
@@ -148,7 +144,7 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 	}
 	var clients *bundle.Clients
 	if sel := (ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}); sel.Tracked() {
-		cs, err := ReadClients(ctx, c, sel, o.ClientNamespaces)
+		cs, err := readClients(ctx, c, sel, o.ClientNamespaces)
 		if err != nil {
 			return nil, err
 		}
@@ -218,8 +214,9 @@ func (r *Report) addFailedClients() {
 	}
 }
 
-// addStalled says when the rotation has been renewing clients for longer
-// than stalledAfter (0: never).
+// AddStalled says when the rotation has been renewing clients for longer
+// than stalledAfter (0: never): for Status and for `dualca status`, as of
+// their own clocks.
 func (r *Report) AddStalled(stalledAfter time.Duration, now time.Time) {
 	if r.Phase == string(bundle.PhaseRenewing) && r.RootAddedAt != nil && stalledAfter > 0 && now.Sub(*r.RootAddedAt) > stalledAfter {
 		r.Attention = append(r.Attention, fmt.Sprintf("client renewal stalled: renewing for %s (more than %s)",
@@ -227,11 +224,11 @@ func (r *Report) AddStalled(stalledAfter time.Duration, now time.Time) {
 	}
 }
 
-// ReadClients reads the selected clients through c as the controller's
+// readClients reads the selected clients through c as the controller's
 // tracker does, for Status (the demo's report, read through its cache).
 // `dualca status` reads no client: it reads the status ConfigMap alone
-// (ReadStatus).
-func ReadClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
+// (operator.ReadStatus).
+func readClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
 	t := &clientTracker{reader: c, selection: selection, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
 	return cs, err

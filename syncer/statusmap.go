@@ -431,11 +431,11 @@ func controlsChanged() predicate.TypedPredicate[*corev1.ConfigMap] {
 }
 
 // The reconciler's hooks. Each is a no-op without a status map (tests
-// that build a Reconciler by hand).
+// that build a reconciler by hand).
 
 // withControls replaces the controls of the state gw starts from with the
 // status ConfigMap's.
-func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root *bundle.Root) error {
+func (r *reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root *bundle.Root) error {
 	if r.status == nil {
 		return nil
 	}
@@ -449,7 +449,7 @@ func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root 
 // wants the next reconcile (0: no sooner than otherwise). A failure is
 // logged and tried again with the next report: the status never holds the
 // gateway back.
-func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
+func (r *reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
 	if r.status == nil || p.rootFP == "" {
 		return 0
 	}
@@ -467,7 +467,7 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 }
 
 // publishNow publishes rep in the reconcile that made it.
-func (r *Reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bool) (published, error) {
+func (r *reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bool) (published, error) {
 	if r.publisher != nil {
 		return r.publisher.now(ctx, rep, promoteKept)
 	}
@@ -475,7 +475,7 @@ func (r *Reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bo
 }
 
 // reportOf is the report of pass p, as of now.
-func (r *Reconciler) reportOf(p pass, now time.Time) *Report {
+func (r *reconciler) reportOf(p pass, now time.Time) *Report {
 	var clients *bundle.Clients
 	if r.clients != nil {
 		clients = &p.clients
@@ -496,7 +496,7 @@ func (r *Reconciler) reportOf(p pass, now time.Time) *Report {
 
 // publishInvalidRoot publishes that the root Secret is not usable, when err
 // says so.
-func (r *Reconciler) publishInvalidRoot(ctx context.Context, err error) {
+func (r *reconciler) publishInvalidRoot(ctx context.Context, err error) {
 	var invalid *bundle.InvalidError
 	if r.status == nil || !errors.As(err, &invalid) {
 		return

@@ -28,8 +28,8 @@ func TestTheNextStepIsPrintedWithItsFirstMoments(t *testing.T) {
 		shown int
 	}{
 		"a summary, what is due, the first moments": {
-			next: &syncer.Next{Summary: "renewing: 3 clients pending", DueNow: []string{"RotationPaused: paused"}, Upcoming: upcoming},
-			want: "next\trenewing: 3 clients pending\ndue now\tRotationPaused: paused\nupcoming\t2026-11-24T10:00:00Z  retire 0123456789ab: roots leave\n",
+			next:  &syncer.Next{Summary: "renewing: 3 clients pending", DueNow: []string{"RotationPaused: paused"}, Upcoming: upcoming},
+			want:  "next\trenewing: 3 clients pending\ndue now\tRotationPaused: paused\nupcoming\t2026-11-24T10:00:00Z  retire 0123456789ab: roots leave\n",
 			shown: maxUpcomingShown,
 		},
 		"unknown": {next: &syncer.Next{Unknown: "needs a usable root", Upcoming: upcoming}, want: "next\tunknown: needs a usable root\n"},
