@@ -786,7 +786,7 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, requests []*cmapi.
 	})
 	selected := make([]*cmapi.Certificate, 0, len(certs))
 	for _, crt := range certs {
-		if t.selection.Selects(crt) {
+		if t.selection.selects(crt) {
 			selected = append(selected, crt) // the others: not followed, not remembered
 		}
 	}

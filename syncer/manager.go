@@ -1,6 +1,7 @@
-// Package syncer is the only part of dualca that talks to the API server: it
-// watches the root Secret, runs a strategy's decision and writes the gateway
-// Secret.
+// Package syncer is dualca's controller: it watches the root Secret, runs
+// a strategy's decision, writes the gateway Secret and publishes its status.
+// Its public reads (the status report's types and parse, Status) are what
+// package operator, the operator's command line, builds on.
 package syncer
 
 import (
@@ -57,7 +58,7 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// Uncached, before anything runs: a wrong issuer fails the start.
 		ctx, cancel := context.WithTimeout(context.Background(), issuerCheckTimeout)
 		defer cancel()
-		if err := CheckIssuer(ctx, mgr.GetAPIReader(), *o.ClientIssuer, o.RootSecret, o.IssuingSecret, o.Logger); err != nil {
+		if err := checkIssuer(ctx, mgr.GetAPIReader(), *o.ClientIssuer, o.RootSecret, o.IssuingSecret, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -74,7 +75,7 @@ func NewManager(restCfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("adding the renewer: %w", err)
 		}
 	}
-	if err := r.SetupWithManager(mgr, c, !o.DisableWatches); err != nil {
+	if err := r.setupWithManager(mgr, c, !o.DisableWatches); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -146,7 +147,7 @@ func newControllerManager(restCfg *rest.Config, o Options) (ctrl.Manager, error)
 
 // newReconciler builds the reconciler and its collaborators, choosing the
 // strategy once for the life of the process.
-func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
+func newReconciler(mgr ctrl.Manager, o Options, c caches) *reconciler {
 	var certs client.Reader // the client cache, when clients are tracked
 	if c.clients != nil {
 		certs = c.clients
@@ -173,7 +174,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *Reconciler {
 			store.issuing.cache = c.issuing
 		}
 	}
-	r := &Reconciler{
+	r := &reconciler{
 		store:    store,
 		strategy: strategy,
 		report: &reporter{recorder: mgr.GetEventRecorder("dualca"), metrics: o.Metrics, strategy: strategy,

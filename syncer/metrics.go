@@ -127,7 +127,7 @@ var allPhases = []string{string(bundle.PhaseBundle), string(bundle.PhaseRenewing
 // counters at 0: a series that first appears at its first increment hides
 // that increment from rate() and increase(), so the first renewals after a
 // start would be missing from every graph of them.
-func (m *Metrics) strategy(s Strategy) {
+func (m *Metrics) strategy(s strategy) {
 	m.strategyInfo.replace(gaugeValue{1, []string{s.Name()}})
 	for _, result := range []string{renewalTriggered, renewalSkipped, renewalFailed} {
 		m.renewals.WithLabelValues(s.Name(), s.RenewalMethod(), result)

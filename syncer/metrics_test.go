@@ -19,7 +19,7 @@ import (
 // strategy's stay absent.
 func TestRenewalCountersStartAtZeroForTheStrategyThatRuns(t *testing.T) {
 	for _, tc := range []struct {
-		strategy    Strategy
+		strategy    strategy
 		other       string
 		method      string
 		otherMethod string

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -201,48 +200,5 @@ func (r *Report) addControls(st bundle.State) {
 	}
 	if st.Held() {
 		r.Attention = append(r.Attention, "rotation paused by an operator: dualca resume lets it go on")
-	}
-}
-
-// writeControls prints the pause and a pending promote, if any.
-func (r *Report) writeControls(w io.Writer) {
-	if r.Paused {
-		since := ""
-		if r.PausedAt != nil {
-			since = " since " + r.PausedAt.UTC().Format(time.RFC3339)
-		}
-		_, _ = fmt.Fprintf(w, "paused\tyes%s (dualca resume)\n", since)
-	}
-	if r.Promote != "" {
-		_, _ = fmt.Fprintf(w, "promote\tpending, to root %s\n", r.Promote)
-	}
-}
-
-// maxUpcomingShown bounds the moments the text report lists; JSON has all.
-const maxUpcomingShown = 4
-
-// writeText prints the next step, and the first upcoming moments.
-func (n *Next) writeText(w io.Writer) {
-	if n == nil {
-		return
-	}
-	if n.Unknown != "" {
-		_, _ = fmt.Fprintf(w, "next\tunknown: %s\n", n.Unknown)
-		return
-	}
-	_, _ = fmt.Fprintf(w, "next\t%s\n", n.Summary)
-	for _, due := range n.DueNow {
-		_, _ = fmt.Fprintf(w, "due now\t%s\n", due)
-	}
-	for i, u := range n.Upcoming[:min(len(n.Upcoming), maxUpcomingShown)] {
-		label := ""
-		if i == 0 {
-			label = "upcoming"
-		}
-		root := ""
-		if u.Root != "" {
-			root = " " + u.Root
-		}
-		_, _ = fmt.Fprintf(w, "%s\t%s  %s%s: %s\n", label, u.At.UTC().Format(time.RFC3339), u.Step, root, u.What)
 	}
 }

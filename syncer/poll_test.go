@@ -33,7 +33,7 @@ type pollFixture struct {
 	clk   *clocktesting.FakeClock
 	api   client.WithWatch
 	store *gatewayStore
-	r     *Reconciler
+	r     *reconciler
 }
 
 const testPoll = time.Minute
@@ -52,7 +52,7 @@ func newPollFixture(t *testing.T, get func(client.ObjectKey) error) *pollFixture
 	f.store = &gatewayStore{targets: combined(), api: f.api, writer: f.api, rootKey: f.rt.rootK, clock: f.clk, pollInterval: testPoll,
 		parsed: bundle.NewParsed(), record: &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}, api: f.api, writer: f.api}}
 	m := NewMetrics()
-	f.r = &Reconciler{store: f.store, strategy: &zeroDowntime{timings: f.rt.timings, clock: f.clk}, clock: f.clk,
+	f.r = &reconciler{store: f.store, strategy: &zeroDowntime{timings: f.rt.timings, clock: f.clk}, clock: f.clk,
 		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
 	return f
 }

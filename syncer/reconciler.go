@@ -14,12 +14,12 @@ import (
 	"github.com/dualca/dualca/bundle"
 )
 
-// Reconciler keeps the gateway Secret in step with the root Secret. It
+// reconciler keeps the gateway Secret in step with the root Secret. It
 // holds collaborators, each keeping the state it needs between reconciles.
-type Reconciler struct {
+type reconciler struct {
 	store    *gatewayStore
 	clients  *clientTracker // nil when clients are not tracked
-	strategy Strategy
+	strategy strategy
 	report   *reporter
 	renewer  *renewer   // nil when clients are not tracked
 	status   *statusMap // the status ConfigMap: controls in, report out
@@ -57,7 +57,7 @@ type pass struct {
 // writes the gateway once if anything changed, reports, and hands the
 // clients due for renewal to the renewer. Each reconcile ends by
 // scheduling the next poll.
-func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	began := time.Now() // the monotonic clock: this paces work, it decides nothing
 	defer func() { r.took.Store(int64(time.Since(began))) }()
 	r.signatures.Advance()
@@ -101,7 +101,7 @@ func (m *statusMap) promoteSet() bool {
 
 // attempt is one pass of root → gateway → clients → plan → write; a
 // conflict on the write makes Reconcile try again from fresh reads.
-func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
+func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	began := r.clock.Now()
 	rootFrom, how := r.store.source(attempt)
 	root, rootObj, err := r.store.readRoot(ctx, rootFrom)
@@ -149,7 +149,7 @@ func (r *Reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 // the wait. Changes of the root and the gateway never wait. The wait only
 // delays what dualca learns of its clients' progress, which postpones a
 // server switch and never advances one.
-func (r *Reconciler) clientEventWait() time.Duration {
+func (r *reconciler) clientEventWait() time.Duration {
 	return min(2*time.Duration(r.took.Load()), maxClientEventWait)
 }
 
@@ -160,7 +160,7 @@ const maxClientEventWait = time.Second
 // requeueAfter is the jittered poll interval, or less when a write of the
 // client progress waits, or when the decision will change by time alone
 // before then (a delay ends, a root expires).
-func (r *Reconciler) requeueAfter(p pass) time.Duration {
+func (r *reconciler) requeueAfter(p pass) time.Duration {
 	after := wait.Jitter(r.poll, 0.1)
 	if p.written.deferred > 0 {
 		after = min(after, p.written.deferred)

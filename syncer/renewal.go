@@ -32,7 +32,7 @@ import (
 // API server or the issuer (several workers overlap the round trips,
 // never the pace). A client that keeps failing is retried with
 // exponential backoff, up to the poll interval. The action is the
-// strategy's (Strategy.Renew): zero-downtime sets cert-manager's Issuing
+// strategy's (strategy.Renew): zero-downtime sets cert-manager's Issuing
 // condition (what `cmctl renew` does) and never deletes anything; legacy
 // deletes the client's Secret, as the behaviour it reproduces did.
 //
@@ -44,9 +44,9 @@ import (
 // and root: a Warning ClientRenewalAbandoned event and the
 // dualca_clients_abandoned gauge. A new root starts every count afresh.
 
-// ReasonClientRenewalAbandoned is the Warning event of a client whose
+// reasonClientRenewalAbandoned is the Warning event of a client whose
 // renewal dualca stopped triggering on the current root.
-const ReasonClientRenewalAbandoned = "ClientRenewalAbandoned"
+const reasonClientRenewalAbandoned = "ClientRenewalAbandoned"
 
 // maxTriggersPerRoot is how many times one client is triggered on one root.
 const maxTriggersPerRoot = 3
@@ -64,7 +64,7 @@ const (
 type renewer struct {
 	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	workers  int
-	strategy Strategy
+	strategy strategy
 	metrics  *Metrics
 	now      func() time.Time
 	logger   logr.Logger
@@ -173,7 +173,7 @@ func (j *jitter[T]) When(item T) time.Duration {
 	return d
 }
 
-func newRenewer(strategy Strategy, o Options) *renewer {
+func newRenewer(strategy strategy, o Options) *renewer {
 	return &renewer{
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			// Real time, not o.Clock: the queue waits in real time, and a
@@ -211,7 +211,7 @@ func (w *renewer) reportTo(rec recorder.EventRecorder, gateway func(context.Cont
 			if c.cert != nil {
 				related = c.cert
 			}
-			rec.Eventf(gw, related, corev1.EventTypeWarning, ReasonClientRenewalAbandoned, "Renew",
+			rec.Eventf(gw, related, corev1.EventTypeWarning, reasonClientRenewalAbandoned, "Renew",
 				"client %s: renewal triggered %d times on root %s and still not on it; not triggered again until the next root. "+
 					"Check the Issuer of its Certificate: it must be the CA Issuer of the root Secret",
 				c.key, maxTriggersPerRoot, bundle.Short(c.root))

@@ -233,7 +233,7 @@ func TestAnAbandonedClientIsAWarningOnTheGatewaySecret(t *testing.T) {
 		g.Expect(e.regarding).To(BeIdenticalTo(gateway))
 		g.Expect(e.related).To(BeIdenticalTo(crt))
 		g.Expect(e.typ).To(Equal(corev1.EventTypeWarning))
-		g.Expect(e.reason).To(Equal(ReasonClientRenewalAbandoned))
+		g.Expect(e.reason).To(Equal(reasonClientRenewalAbandoned))
 		g.Expect(e.note).To(And(ContainSubstring("client ns/"+crt.Name), ContainSubstring("3 times on root 3f9a1c2b7d4e"),
 			ContainSubstring("not triggered again until the next root")))
 	}

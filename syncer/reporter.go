@@ -27,7 +27,7 @@ import (
 type reporter struct {
 	recorder recorder.EventRecorder
 	metrics  *Metrics
-	strategy Strategy
+	strategy strategy
 	rootKey  types.NamespacedName
 	qps      float64
 	// gateway is the primary target as the API server has it, or nil:
@@ -181,7 +181,7 @@ func (r *reporter) foreign(found []foreignInput) {
 // renewalsQueued tells that n clients were queued for renewal, once per batch.
 func (r *reporter) renewalsQueued(gateway client.Object, n int, d bundle.Decision) {
 	r.event(gateway, bundle.Event{Reason: bundle.ReasonClientRenewalTriggered,
-		Message: r.strategy.RenewalMessage(clientCount(n), bundle.Short(d.State.Root), r.qps)})
+		Message: r.strategy.RenewalMessage(ClientCount(n), bundle.Short(d.State.Root), r.qps)})
 }
 
 // clients tells, once per client and problem, which selected clients'
@@ -251,7 +251,8 @@ func sameReasonTogether(events []bundle.Event) []bundle.Event {
 	return out
 }
 
-func clientCount(n int) string {
+// ClientCount words a number of clients, as events and `dualca status` say it.
+func ClientCount(n int) string {
 	if n == 1 {
 		return "1 client"
 	}

@@ -94,8 +94,8 @@ func (s ClientSelection) Tracked() bool {
 	return s.Labels != nil || s.SecretLabels != nil || s.Issuer != nil
 }
 
-// Selects reports whether crt is a client.
-func (s ClientSelection) Selects(crt *cmapi.Certificate) bool {
+// selects reports whether crt is a client.
+func (s ClientSelection) selects(crt *cmapi.Certificate) bool {
 	if !s.Tracked() {
 		return false
 	}
@@ -139,7 +139,7 @@ func (s ClientSelection) String() string {
 // with the root Secret: its clients would never move to dualca's roots.
 var ErrIssuerNotOfTheRoot = errors.New("the client issuer does not sign with the root secret")
 
-// CheckIssuer reads the issuer that selects clients and refuses one that
+// checkIssuer reads the issuer that selects clients and refuses one that
 // is not a CA issuer of the root Secret's name, or of the issuing Secret's
 // (issuingSecret, beside the root; its zero value when there is none): every
 // rotation would then wait for clients that never come to the new root,
@@ -148,7 +148,7 @@ var ErrIssuerNotOfTheRoot = errors.New("the client issuer does not sign with the
 // A ClusterIssuer reads its Secret from cert-manager's cluster resource
 // namespace, which dualca cannot see: the name is checked, the namespace
 // is the operator's to keep the root Secret's.
-func CheckIssuer(ctx context.Context, api client.Reader, issuer IssuerRef, root, issuingSecret types.NamespacedName, log logr.Logger) error {
+func checkIssuer(ctx context.Context, api client.Reader, issuer IssuerRef, root, issuingSecret types.NamespacedName, log logr.Logger) error {
 	if !issuer.certManagers() {
 		log.Info("the client issuer is not cert-manager's own: dualca cannot check that it signs with the root secret", "issuer", issuer.String())
 		return nil

@@ -80,10 +80,10 @@ func TestAClientIsWhatEveryGivenPartSelects(t *testing.T) {
 			g := NewWithT(t)
 			g.Expect(tc.sel.Tracked()).To(Equal(len(tc.selected) > 0))
 			for _, crt := range tc.selected {
-				g.Expect(tc.sel.Selects(crt)).To(BeTrue(), "%s/%s %v %v", crt.Namespace, crt.Spec.IssuerRef, crt.Labels, crt.Spec.SecretTemplate)
+				g.Expect(tc.sel.selects(crt)).To(BeTrue(), "%s/%s %v %v", crt.Namespace, crt.Spec.IssuerRef, crt.Labels, crt.Spec.SecretTemplate)
 			}
 			for _, crt := range tc.left {
-				g.Expect(tc.sel.Selects(crt)).To(BeFalse(), "%s/%s %v %v", crt.Namespace, crt.Spec.IssuerRef, crt.Labels, crt.Spec.SecretTemplate)
+				g.Expect(tc.sel.selects(crt)).To(BeFalse(), "%s/%s %v %v", crt.Namespace, crt.Spec.IssuerRef, crt.Labels, crt.Spec.SecretTemplate)
 			}
 		})
 	}
@@ -331,7 +331,7 @@ func TestTheIssuerIsCheckedAtStart(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
-			err := CheckIssuer(context.Background(), api, tc.ref, root, tc.issuing, logr.Discard())
+			err := checkIssuer(context.Background(), api, tc.ref, root, tc.issuing, logr.Discard())
 			if tc.wantErr == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return
@@ -403,7 +403,7 @@ func TestTheClientCacheKeepsOfACertificateWhatSelectsIt(t *testing.T) {
 				out, err := transform(whole.DeepCopy())
 				g.Expect(err).NotTo(HaveOccurred())
 				kept := out.(*cmapi.Certificate)
-				g.Expect(sel.Selects(kept)).To(Equal(sel.Selects(whole)), tt.name)
+				g.Expect(sel.selects(kept)).To(Equal(sel.selects(whole)), tt.name)
 				g.Expect(kept.Status).To(Equal(whole.Status), "%s: the status stays whole", tt.name)
 				g.Expect([]any{kept.Name, kept.Namespace, kept.UID, kept.ResourceVersion, kept.Generation, kept.Spec.SecretName, kept.Spec.IssuerRef}).
 					To(Equal([]any{whole.Name, whole.Namespace, whole.UID, whole.ResourceVersion, whole.Generation, whole.Spec.SecretName, whole.Spec.IssuerRef}))

@@ -3,20 +3,14 @@ package syncer
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
@@ -24,7 +18,7 @@ import (
 
 // StatusOptions say what Status looks at: the Secrets themselves, for a
 // tool that holds them (the demo). `dualca status` reads the status dualca
-// publishes instead (ReadStatus), which needs no Secret.
+// publishes instead (operator.ReadStatus), which needs no Secret.
 type StatusOptions struct {
 	GatewaySecret types.NamespacedName
 	// RootSecret, when set, is read and validated too.
@@ -77,10 +71,6 @@ type Report struct {
 	// Secrets (Status).
 	ObservedAt   *time.Time `json:"observedAt,omitempty"`
 	PollInterval string     `json:"pollInterval,omitempty"`
-
-	// age is how old ObservedAt was when the report was read (ReadStatus);
-	// 0 when unknown. Text output shows it.
-	age time.Duration
 }
 
 // TargetStatus is one object dualca writes the rotation to.
@@ -154,7 +144,7 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 	}
 	var clients *bundle.Clients
 	if sel := (ClientSelection{Labels: o.ClientSelector, SecretLabels: o.ClientSecretSelector, Issuer: o.ClientIssuer}); sel.Tracked() {
-		cs, err := ReadClients(ctx, c, sel, o.ClientNamespaces)
+		cs, err := readClients(ctx, c, sel, o.ClientNamespaces)
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +157,7 @@ func Status(ctx context.Context, c client.Reader, o StatusOptions, now time.Time
 		r.Clients = &p
 	}
 	r.addFailedClients()
-	r.addStalled(o.StalledAfter, now)
+	r.AddStalled(o.StalledAfter, now)
 	r.Next = next(gatewayOf(gw, nil), root, clients, now)
 	return r, nil
 }
@@ -224,213 +214,22 @@ func (r *Report) addFailedClients() {
 	}
 }
 
-// addStalled says when the rotation has been renewing clients for longer
-// than stalledAfter (0: never).
-func (r *Report) addStalled(stalledAfter time.Duration, now time.Time) {
+// AddStalled says when the rotation has been renewing clients for longer
+// than stalledAfter (0: never): for Status and for `dualca status`, as of
+// their own clocks.
+func (r *Report) AddStalled(stalledAfter time.Duration, now time.Time) {
 	if r.Phase == string(bundle.PhaseRenewing) && r.RootAddedAt != nil && stalledAfter > 0 && now.Sub(*r.RootAddedAt) > stalledAfter {
 		r.Attention = append(r.Attention, fmt.Sprintf("client renewal stalled: renewing for %s (more than %s)",
 			now.Sub(*r.RootAddedAt).Round(time.Second), stalledAfter))
 	}
 }
 
-// ReadClients reads the selected clients through c as the controller's
+// readClients reads the selected clients through c as the controller's
 // tracker does, for Status (the demo's report, read through its cache).
 // `dualca status` reads no client: it reads the status ConfigMap alone
-// (ReadStatus).
-func ReadClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
+// (operator.ReadStatus).
+func readClients(ctx context.Context, c client.Reader, selection ClientSelection, namespaces []string) (bundle.Clients, error) {
 	t := &clientTracker{reader: c, selection: selection, namespaces: namespaces}
 	cs, _, err := t.read(ctx)
 	return cs, err
-}
-
-// WriteText prints the report for people.
-func (r *Report) WriteText(w io.Writer) error {
-	// Every write goes through p, which keeps the first error: the
-	// results of the single writes are p's to check.
-	p := &printer{w: w}
-	tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintf(tw, "gateway\t%s\n", dash(r.Gateway))
-	_, _ = fmt.Fprintf(tw, "strategy\t%s\n", dash(r.Strategy))
-	phase := dash(r.Phase)
-	if r.RootAddedAt != nil && r.Phase != "" && r.Phase != string(bundle.PhaseSteady) {
-		phase += " (rotation started " + r.RootAddedAt.UTC().Format(time.RFC3339) + ")"
-	}
-	_, _ = fmt.Fprintf(tw, "phase\t%s\n", phase)
-	if r.Root != nil {
-		state := "valid, " + r.Root.Fingerprint
-		if !r.Root.Valid {
-			state = "INVALID: " + r.Root.Reason
-		}
-		_, _ = fmt.Fprintf(tw, "root secret\t%s (%s)\n", r.Root.Secret, state)
-	}
-	if r.Clients != nil {
-		_, _ = fmt.Fprintf(tw, "clients\trenewed %d, pending %d, failed %d\n", r.Clients.Renewed, r.Clients.Pending, r.Clients.Failed)
-	}
-	for _, t := range r.Targets {
-		_, _ = fmt.Fprintf(tw, "target\t%s (%s)\n", t.Object, t.Holds)
-	}
-	if is := r.Issuing; is != nil {
-		state := "current root"
-		if !is.Current {
-			state = "not the current root yet: " + is.Reason
-		}
-		_, _ = fmt.Fprintf(tw, "issuing secret\t%s (root %s, %s)\n", is.Secret, dash(is.Root), state)
-	}
-	r.writeControls(tw)
-	r.Next.writeText(tw)
-	if r.ObservedAt != nil {
-		ago := ""
-		if r.age > 0 {
-			ago = " (" + r.age.Round(time.Second).String() + " ago)"
-		}
-		_, _ = fmt.Fprintf(tw, "published\t%s%s\n", r.ObservedAt.UTC().Format(time.RFC3339), ago)
-	}
-	_ = tw.Flush() // its errors are p's, kept in p.err
-	_, _ = fmt.Fprintln(p)
-	tw = tabwriter.NewWriter(p, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "ROOT\tSUBJECT\tNOT AFTER\tSTATUS")
-	for _, b := range r.Roots {
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.Fingerprint, b.Subject, b.NotAfter.Format(time.RFC3339), b.status())
-	}
-	_ = tw.Flush()
-	_, _ = fmt.Fprintln(p)
-	if len(r.Attention) == 0 {
-		_, _ = fmt.Fprintln(p, "attention: none")
-	}
-	for _, a := range r.Attention {
-		_, _ = fmt.Fprintln(p, "attention: "+a)
-	}
-	return p.err
-}
-
-// printer is a writer that keeps the first error of the writes through it
-// and writes nothing after it, so that a report is printed without checking
-// every line and fails as a whole.
-type printer struct {
-	w   io.Writer
-	err error
-}
-
-func (p *printer) Write(b []byte) (int, error) {
-	if p.err != nil {
-		return 0, p.err
-	}
-	var n int
-	n, p.err = p.w.Write(b)
-	return n, p.err
-}
-
-// WriteJSON prints the report for scripts.
-func (r *Report) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
-// status says what a root is there for.
-func (b BundleRoot) status() string {
-	var parts []string
-	if b.Current {
-		parts = append(parts, "current")
-	}
-	if b.Server {
-		parts = append(parts, "server")
-	}
-	if b.Clients != nil && *b.Clients > 0 {
-		parts = append(parts, "needed by "+clientCount(*b.Clients))
-	}
-	if len(parts) == 0 {
-		parts = append(parts, "retiring")
-	}
-	return strings.Join(parts, ", ")
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// staleAfterPolls is how many of dualca's poll intervals may pass after
-// the moment a report says dualca acts next before `dualca status` says
-// dualca stopped publishing: dualca reconciles at that moment at the
-// latest, and the decision then differs from the one published (that
-// moment is past), so a running dualca publishes again.
-const staleAfterPolls = 3
-
-// defaultPollInterval is the poll interval a report that names none is
-// taken to have been published at (flags.Defaults).
-const defaultPollInterval = 5 * time.Minute
-
-// ReadStatus is `dualca status`: the report dualca last published in the
-// status ConfigMap at key, and what needs attention as of now: a report
-// older than staleAfterPolls poll intervals, or none (dualca is not
-// running, or cannot write there), a rotation renewing for longer than
-// stalledAfter (0: never), a control set but not obeyed yet. It reads that
-// one ConfigMap and nothing else: no Secret.
-func ReadStatus(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.NamespacedName, stalledAfter time.Duration, now time.Time) (*Report, error) {
-	cm, err := c.ConfigMaps(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return &Report{Roots: []BundleRoot{}, Attention: []string{"dualca has not published status to configmap " + key.String() + ": is it running?"}}, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading status configmap %s: %w", key, err)
-	}
-	r := parseReport(cm.Data[StatusKey])
-	if r == nil {
-		return &Report{Roots: []BundleRoot{}, Attention: []string{"configmap " + key.String() + " holds no status dualca published (no readable " + StatusKey + "): is it running?"}}, nil
-	}
-	if r.Roots == nil {
-		r.Roots = []BundleRoot{}
-	}
-	if r.Attention == nil {
-		r.Attention = []string{}
-	}
-	r.addStale(now)
-	r.addStalled(stalledAfter, now)
-	r.addPendingControls(cm.Annotations)
-	return r, nil
-}
-
-// addStale says when the report is stale: dualca was due to act more
-// than staleAfterPolls poll intervals ago, by the report's own next step,
-// and published nothing since. dualca publishes a report when what it says
-// changes, not to show it is alive (at rest it writes nothing), so a report
-// with no next step (a steady gateway) is never called stale.
-func (r *Report) addStale(now time.Time) {
-	if r.ObservedAt == nil {
-		r.Attention = append(r.Attention, "the status carries no observedAt: it was not published by this dualca")
-		return
-	}
-	r.age = max(now.Sub(*r.ObservedAt), 0)
-	if r.Next == nil || len(r.Next.Upcoming) == 0 {
-		return
-	}
-	poll, err := time.ParseDuration(r.PollInterval)
-	if err != nil || poll <= 0 {
-		poll = defaultPollInterval
-	}
-	due := r.Next.Upcoming[0]
-	if late := now.Sub(due.At); late > staleAfterPolls*poll {
-		r.Attention = append(r.Attention, fmt.Sprintf("dualca was due %s ago (%s) and has published nothing since, more than %d poll intervals (%s): is dualca running, and leading?",
-			late.Round(time.Second), due.What, staleAfterPolls, poll))
-	}
-}
-
-// addPendingControls says when the ConfigMap's controls (annotations) ask
-// for what the published report does not show obeyed yet.
-func (r *Report) addPendingControls(annotations map[string]string) {
-	paused, _ := bundle.PauseRequested(annotations[bundle.AnnotationPaused])
-	if paused != r.Paused {
-		want := "resume"
-		if paused {
-			want = "pause"
-		}
-		r.Attention = append(r.Attention, "a "+want+" is requested ("+bundle.AnnotationPaused+"="+
-			fmt.Sprintf("%q", annotations[bundle.AnnotationPaused])+") that dualca has not obeyed yet")
-	}
-	if p := annotations[bundle.AnnotationPromote]; p != "" && r.Promote == "" {
-		r.Attention = append(r.Attention, "a promote to root "+bundle.Short(p)+" is requested that dualca has not acted on yet")
-	}
 }

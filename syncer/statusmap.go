@@ -44,9 +44,9 @@ import (
 // StatusKey is the status ConfigMap's data key holding the Report, JSON.
 const StatusKey = "status.json"
 
-// promotePrefix is the shortest promote a root is named by: the prefix
-// `dualca status` shows (bundle.Short).
-const promotePrefix = 12
+// PromotePrefix is the shortest promote a root is named by: the prefix
+// `dualca status` shows (bundle.Short), which `dualca promote` writes.
+const PromotePrefix = 12
 
 // statusMap reads the controls from the status ConfigMap and publishes the
 // reports there. The reconcile reads the controls, and publishes when it
@@ -142,7 +142,7 @@ func (m *statusMap) overlay(ctx context.Context, st *bundle.State, root *bundle.
 		return err
 	}
 	st.Paused, st.Promote = paused, promote
-	if p := strings.ToLower(promote); root != nil && len(p) >= promotePrefix && strings.HasPrefix(root.Fingerprint, p) {
+	if p := strings.ToLower(promote); root != nil && len(p) >= PromotePrefix && strings.HasPrefix(root.Fingerprint, p) {
 		st.Promote = root.Fingerprint
 	}
 	return nil
@@ -180,7 +180,7 @@ func reportOf(gateway, rootKey types.NamespacedName, d bundle.Decision, rootFP s
 	}
 	r.addRoots(roots, st, clients, now)
 	r.addFailedClients()
-	r.addStalled(stalledAfter, now)
+	r.AddStalled(stalledAfter, now)
 	if rootFP != "" {
 		r.Next = nextOf(d, rootFP)
 	}
@@ -215,7 +215,6 @@ func (r *Report) copy() *Report {
 	if err != nil || json.Unmarshal(b, out) != nil {
 		return &Report{Gateway: r.Gateway, Roots: []BundleRoot{}, Attention: []string{}}
 	}
-	out.age = r.age
 	return out
 }
 
@@ -257,7 +256,7 @@ func (m *statusMap) publish(ctx context.Context, r *Report, promoteKept bool) (p
 		// What an earlier dualca published (a restart at rest writes
 		// nothing either), or what someone else left there: a report
 		// edited by hand is written back as dualca has it.
-		m.published = publishedOf(parseReport(read.Data[StatusKey]))
+		m.published = publishedOf(ParseReport(read.Data[StatusKey]))
 	}
 	since := m.clock.Since(m.publishedAt)
 	this := publishedOf(r)
@@ -344,8 +343,9 @@ func (m *statusMap) wrote(cm *corev1.ConfigMap, r *publishedReport) {
 // resourceVersion: enough for a cache a few writes behind.
 const oursKept = 8
 
-// parseReport is the report a ConfigMap holds; nil when none can be read.
-func parseReport(b string) *Report {
+// ParseReport is the report a status ConfigMap holds under StatusKey; nil
+// when none can be read.
+func ParseReport(b string) *Report {
 	if b == "" {
 		return nil
 	}
@@ -431,11 +431,11 @@ func controlsChanged() predicate.TypedPredicate[*corev1.ConfigMap] {
 }
 
 // The reconciler's hooks. Each is a no-op without a status map (tests
-// that build a Reconciler by hand).
+// that build a reconciler by hand).
 
 // withControls replaces the controls of the state gw starts from with the
 // status ConfigMap's.
-func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root *bundle.Root) error {
+func (r *reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root *bundle.Root) error {
 	if r.status == nil {
 		return nil
 	}
@@ -449,7 +449,7 @@ func (r *Reconciler) withControls(ctx context.Context, gw *bundle.Gateway, root 
 // wants the next reconcile (0: no sooner than otherwise). A failure is
 // logged and tried again with the next report: the status never holds the
 // gateway back.
-func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
+func (r *reconciler) publishStatus(ctx context.Context, p pass, now time.Time) time.Duration {
 	if r.status == nil || p.rootFP == "" {
 		return 0
 	}
@@ -467,7 +467,7 @@ func (r *Reconciler) publishStatus(ctx context.Context, p pass, now time.Time) t
 }
 
 // publishNow publishes rep in the reconcile that made it.
-func (r *Reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bool) (published, error) {
+func (r *reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bool) (published, error) {
 	if r.publisher != nil {
 		return r.publisher.now(ctx, rep, promoteKept)
 	}
@@ -475,7 +475,7 @@ func (r *Reconciler) publishNow(ctx context.Context, rep *Report, promoteKept bo
 }
 
 // reportOf is the report of pass p, as of now.
-func (r *Reconciler) reportOf(p pass, now time.Time) *Report {
+func (r *reconciler) reportOf(p pass, now time.Time) *Report {
 	var clients *bundle.Clients
 	if r.clients != nil {
 		clients = &p.clients
@@ -496,7 +496,7 @@ func (r *Reconciler) reportOf(p pass, now time.Time) *Report {
 
 // publishInvalidRoot publishes that the root Secret is not usable, when err
 // says so.
-func (r *Reconciler) publishInvalidRoot(ctx context.Context, err error) {
+func (r *reconciler) publishInvalidRoot(ctx context.Context, err error) {
 	var invalid *bundle.InvalidError
 	if r.status == nil || !errors.As(err, &invalid) {
 		return
@@ -508,7 +508,7 @@ func (r *Reconciler) publishInvalidRoot(ctx context.Context, err error) {
 	}
 	var last *Report
 	if read := m.read.Load(); read != nil {
-		last = parseReport(read.Data[StatusKey])
+		last = ParseReport(read.Data[StatusKey])
 	}
 	rep := invalidRootReport(last, m.gateway, m.rootKey, invalid.Error())
 	if _, err := r.publishNow(ctx, rep, true); err != nil {

@@ -174,7 +174,7 @@ func (f *statusFixture) get() *corev1.ConfigMap {
 func (f *statusFixture) published() *Report {
 	cm := f.get()
 	f.g.Expect(cm).NotTo(BeNil())
-	r := parseReport(cm.Data[StatusKey])
+	r := ParseReport(cm.Data[StatusKey])
 	f.g.Expect(r).NotTo(BeNil())
 	return r
 }

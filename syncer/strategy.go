@@ -16,11 +16,11 @@ import (
 	"github.com/dualca/dualca/legacy"
 )
 
-// Strategy is how the gateway Secret follows the root: what it holds
+// strategy is how the gateway Secret follows the root: what it holds
 // (Plan), and how a client due for renewal is moved to the new root
 // (Renew). The zero-downtime strategy and the legacy one (package legacy)
 // are its two implementations, chosen once at start-up by newStrategy.
-type Strategy interface {
+type strategy interface {
 	// Name is the strategy's name in annotations, metrics and logs.
 	Name() string
 	// Plan decides what the gateway Secret holds. Without a client
@@ -44,7 +44,7 @@ type Strategy interface {
 
 // newStrategy is where the strategy is chosen, once, from the options.
 // certs reads the client Certificates, from a cache when there is one.
-func newStrategy(o Options, api, certs client.Reader, writer client.Client) Strategy {
+func newStrategy(o Options, api, certs client.Reader, writer client.Client) strategy {
 	if o.Legacy {
 		return legacy.Strategy{Reader: api, Writer: writer}
 	}

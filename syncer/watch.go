@@ -98,13 +98,13 @@ func newCaches(mgr ctrl.Manager, o Options) (caches, error) {
 	return c, nil
 }
 
-// SetupWithManager wires the reconciler into mgr: a reconcile at start, and
+// setupWithManager wires the reconciler into mgr: a reconcile at start, and
 // with watch, one at every change of the root, of a target (but dualca's
 // own writes, see targetState.ownWrite) or of a Secret that would shadow
 // the gateway's bundle;
 // and, when clients are tracked, at every change of a client. Every event
 // maps to one work item, so bursts of events collapse into one reconcile.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, c caches, watch bool) error {
+func (r *reconciler) setupWithManager(mgr ctrl.Manager, c caches, watch bool) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("dualca").
 		WithOptions(controller.Options{
@@ -196,7 +196,7 @@ func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Du
 	}
 }
 
-func (r *Reconciler) request() reconcile.Request {
+func (r *reconciler) request() reconcile.Request {
 	return reconcile.Request{NamespacedName: r.key}
 }
 
@@ -216,7 +216,7 @@ func (c *caches) addStatus(mgr ctrl.Manager, o Options) error {
 
 // watchStatus reconciles when an operator changes a control on the status
 // ConfigMap (controlsChanged), not when dualca publishes.
-func (r *Reconciler) watchStatus(b *builder.TypedBuilder[reconcile.Request], sc cache.Cache) *builder.TypedBuilder[reconcile.Request] {
+func (r *reconciler) watchStatus(b *builder.TypedBuilder[reconcile.Request], sc cache.Cache) *builder.TypedBuilder[reconcile.Request] {
 	if r.status == nil || sc == nil {
 		return b
 	}

@@ -62,7 +62,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	var r Reconciler
+	var r reconciler
 	g.Expect(r.clientEventWait()).To(BeZero(), "before any reconcile")
 	r.took.Store(int64(3 * time.Millisecond))
 	g.Expect(r.clientEventWait()).To(Equal(6 * time.Millisecond))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 )
 
 // controlHelp says what each operator control does, for its --help.
@@ -44,8 +44,8 @@ func control(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 	key := f.StatusConfigMap
 	switch cmd {
 	case "promote":
-		prefix, err := syncer.Promote(ctx, c.CoreV1(), key)
-		if errors.Is(err, syncer.ErrNothingToPromote) {
+		prefix, err := operator.Promote(ctx, c.CoreV1(), key)
+		if errors.Is(err, operator.ErrNothingToPromote) {
 			return fail(1, err)
 		}
 		if err != nil {
@@ -53,7 +53,7 @@ func control(ctx context.Context, cmd string, args []string, stdout, stderr io.W
 		}
 		_, _ = fmt.Fprintf(stdout, "status configmap %s: promote to root %s requested; dualca switches the server at once, or when the gateway has had the propagation delay to load the root (dualca status says when), with a ServerSwitchForced Warning\n", key, prefix)
 	default:
-		if _, err := syncer.Pause(ctx, c.CoreV1(), key, cmd == "pause"); err != nil {
+		if _, err := operator.Pause(ctx, c.CoreV1(), key, cmd == "pause"); err != nil {
 			return fail(2, err)
 		}
 		what := "resumed: dualca renews clients and switches the server as the rotation requires"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 )
 
 // Exit codes of `dualca status`: it works as a check.
@@ -34,7 +34,7 @@ func status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	report, err := syncer.ReadStatus(ctx, c.CoreV1(), f.StatusConfigMap, f.StalledAfter, time.Now())
+	report, err := operator.ReadStatus(ctx, c.CoreV1(), f.StatusConfigMap, f.StalledAfter, time.Now())
 	if err != nil {
 		return fail(err)
 	}

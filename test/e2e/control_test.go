@@ -25,6 +25,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 	"github.com/dualca/dualca/test/apirequest"
 	"github.com/dualca/dualca/test/run"
 )
@@ -43,13 +44,13 @@ import (
 func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, clients)
-	operator := "oncall-" + s.ns
-	_, sa := s.installChartRBAC(false, fmt.Sprintf("operatorRole: {subjects: [{kind: User, name: %s, apiGroup: rbac.authorization.k8s.io}]}", operator))
+	oncall := "oncall-" + s.ns
+	_, sa := s.installChartRBAC(false, fmt.Sprintf("operatorRole: {subjects: [{kind: User, name: %s, apiGroup: rbac.authorization.k8s.io}]}", oncall))
 	o := s.options(false)
 	o.StatusConfigMap = types.NamespacedName{Namespace: s.ns, Name: gatewayName + "-dualca-status"}
-	s.expectOperatorRoleOnTheConfigMapAlone(operator, o.StatusConfigMap)
-	ops := s.operatorClient(operator)
-	cli := s.operatorCLI(operator, o.StatusConfigMap)
+	s.expectOperatorRoleOnTheConfigMapAlone(oncall, o.StatusConfigMap)
+	ops := s.operatorClient(oncall)
+	cli := s.operatorCLI(oncall, o.StatusConfigMap)
 	requests := &apirequest.Log{}
 	o.RenewalQPS, o.RenewalBurst = 4, 1 // about five seconds of renewals
 	o.ServerSwitchGrace = 10 * time.Minute
@@ -87,7 +88,7 @@ func TestOperatorPausesResumesAndPromotesRotations(t *testing.T) {
 		g.Expect(s.annotations()).To(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(r1)), "the server stays on R1")
 		g.Expect(s.trustedRoots()).To(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(r1)), "the gateway trusts both")
 	}).WithTimeout(5 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
-	var paused *syncer.Report
+	var paused *operator.Status
 	s.g.Eventually(func(g Gomega) {
 		paused = cli.status(g)
 		g.Expect(paused.Phase).To(Equal(string(bundle.PhaseRenewing)))
@@ -253,10 +254,10 @@ func (c *cli) statusCode() int {
 }
 
 // status is `dualca status -o json`, which must have read the status.
-func (c *cli) status(g Gomega) *syncer.Report {
+func (c *cli) status(g Gomega) *operator.Status {
 	out, code := c.run("status", "-o=json")
 	g.Expect(code).To(BeElementOf(0, 1), out)
-	r := &syncer.Report{}
+	r := &operator.Status{}
 	g.Expect(json.Unmarshal([]byte(out), r)).To(Succeed(), out)
 	g.Expect(r.ObservedAt).NotTo(BeNil(), "dualca published it")
 	g.Expect(r.Next).NotTo(BeNil())
@@ -324,7 +325,7 @@ func (s *scenario) eventMessages(reason string) []string {
 
 // logStatus logs r as `dualca status` prints it, and checks that its JSON
 // gives it back.
-func (s *scenario) logStatus(when string, r *syncer.Report) {
+func (s *scenario) logStatus(when string, r *operator.Status) {
 	s.t.Helper()
 	var text bytes.Buffer
 	s.g.Expect(r.WriteText(&text)).To(Succeed())

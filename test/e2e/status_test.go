@@ -12,6 +12,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 )
 
 // TestStatusShowsARotationAtAGlance reads what `dualca status` shows,
@@ -31,10 +32,10 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	r2 := s.rotate()
 	s.waitPhase(r2, bundle.PhaseRenewing)
 
-	var report *syncer.Report
+	var report *operator.Status
 	s.g.Eventually(func(g Gomega) {
 		var err error
-		report, err = syncer.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
+		report, err = operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(report.Clients).NotTo(BeNil())
 		g.Expect(report.Clients.Renewed).To(BeNumerically(">", 0), "some clients renewed")
@@ -74,7 +75,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	s.g.Expect(report.Next).NotTo(BeNil())
 	s.g.Expect(report.Next.Upcoming).NotTo(BeEmpty(), "a rotation renewing has a next step")
 	due := report.Next.Upcoming[0].At
-	later, err := syncer.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Second, due.Add(3*o.PollInterval+time.Minute))
+	later, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Second, due.Add(3*o.PollInterval+time.Minute))
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(later.Attention).To(ContainElements(ContainSubstring("more than 3 poll intervals (10s): is dualca running"),
 		ContainSubstring("client renewal stalled")))
@@ -91,7 +92,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	o.RootSecret.Name = broken.Name
 	s.startDualca(o)
 	s.g.Eventually(func(g Gomega) {
-		r, err := syncer.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
+		r, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(r.Root).NotTo(BeNil())
 		g.Expect(r.Root.Valid).To(BeFalse())
@@ -105,7 +106,7 @@ func TestStatusShowsARotationAtAGlance(t *testing.T) {
 	t.Logf("dualca status with the root broken:\n%s", text.String())
 
 	// A ConfigMap nobody publishes to: dualca is not running there.
-	missing, err := syncer.ReadStatus(s.ctx, s.kube.CoreV1(), types.NamespacedName{Namespace: s.ns, Name: "nobody-publishes-here"}, time.Hour, time.Now())
+	missing, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), types.NamespacedName{Namespace: s.ns, Name: "nobody-publishes-here"}, time.Hour, time.Now())
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(missing.Attention).To(ConsistOf(ContainSubstring("dualca has not published status to configmap " + s.ns + "/nobody-publishes-here: is it running?")))
 }

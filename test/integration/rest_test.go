@@ -11,6 +11,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 )
 
 // TestAtRestThePollsReadsAreAllItSends: the product's at-rest contract on
@@ -34,7 +35,7 @@ func TestAtRestThePollsReadsAreAllItSends(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(restConfig)
 	key := syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway))
 	s.g.Eventually(func(g Gomega) {
-		r, err := syncer.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
+		r, err := operator.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(r.Phase).To(Equal(string(bundle.PhaseSteady)))
 		g.Expect(r.Next.Upcoming).NotTo(BeEmpty())

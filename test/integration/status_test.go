@@ -14,6 +14,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 )
 
 // TestTheStatusConfigMapIsPublishedAndObeyed: dualca publishes its status
@@ -31,8 +32,8 @@ func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 	d, _ := s.startOnFirstRoot(o)
 	key := syncer.DefaultStatusConfigMap(s.gateway, syncer.DefaultStateSecret(s.gateway))
 	kube := kubernetes.NewForConfigOrDie(restConfig)
-	status := func() (*syncer.Report, error) {
-		return syncer.ReadStatus(ctx, kube.CoreV1(), key, time.Hour, time.Now())
+	status := func() (*operator.Status, error) {
+		return operator.ReadStatus(ctx, kube.CoreV1(), key, time.Hour, time.Now())
 	}
 	configMapWrites := func() int {
 		n := 0

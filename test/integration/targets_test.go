@@ -17,6 +17,7 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
+	"github.com/dualca/dualca/syncer/operator"
 	"github.com/dualca/dualca/test/certs"
 )
 
@@ -263,7 +264,7 @@ func TestAReplayedBundleIsTamperingNotALateWrite(t *testing.T) {
 func (s *setup) statusText(key types.NamespacedName) func() (string, error) {
 	kube := kubernetes.NewForConfigOrDie(restConfig)
 	return func() (string, error) {
-		r, err := syncer.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
+		r, err := operator.ReadStatus(context.Background(), kube.CoreV1(), key, time.Hour, time.Now())
 		if err != nil {
 			return "", err
 		}

@@ -1,4 +1,4 @@
-package syncer
+package operator
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/syncer"
 )
 
 // The operator's controls: `dualca pause`, `dualca resume` and `dualca
-// promote` patch one annotation of the status ConfigMap (statusmap.go),
-// which the running dualca watches and obeys at once. They need get and
+// promote` patch one annotation of the status ConfigMap (syncer's
+// statusmap.go), which the running dualca watches and obeys at once. They need get and
 // patch of that one ConfigMap, and nothing on any Secret. They patch
 // metadata only, so they never race dualca's publishing, which writes the
 // data: the API server applies the patch to whatever version is current.
@@ -47,7 +48,7 @@ func Promote(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.Name
 	if err != nil {
 		return "", fmt.Errorf("reading status configmap %s: %w", key, err)
 	}
-	r := parseReport(cm.Data[StatusKey])
+	r := syncer.ParseReport(cm.Data[syncer.StatusKey])
 	if r == nil {
 		return "", fmt.Errorf("%w: configmap %s holds no status dualca published", ErrNothingToPromote, key)
 	}
@@ -63,11 +64,11 @@ func Promote(ctx context.Context, c typedcorev1.ConfigMapsGetter, key types.Name
 
 // promotable is the fingerprint prefix of the current root of r, when a
 // promote can switch the server to it.
-func promotable(r *Report) (string, error) {
+func promotable(r *syncer.Report) (string, error) {
 	if r.Strategy != bundle.StrategyZeroDowntime {
 		return "", fmt.Errorf("%w: gateway %s is not run by the zero-downtime strategy (strategy %q)", ErrNothingToPromote, r.Gateway, r.Strategy)
 	}
-	var current *BundleRoot
+	var current *syncer.BundleRoot
 	for i, b := range r.Roots {
 		if b.Current {
 			if current != nil {
@@ -79,7 +80,7 @@ func promotable(r *Report) (string, error) {
 	switch {
 	case current == nil:
 		return "", fmt.Errorf("%w: the status of gateway %s names no current root", ErrNothingToPromote, r.Gateway)
-	case len(current.Fingerprint) != promotePrefix || !isHex(current.Fingerprint):
+	case len(current.Fingerprint) != syncer.PromotePrefix || !isHex(current.Fingerprint):
 		return "", fmt.Errorf("the status names the current root %q, not a fingerprint prefix", current.Fingerprint)
 	case current.Server:
 		return "", fmt.Errorf("%w: the server already presents the current root %s", ErrNothingToPromote, current.Fingerprint)
