@@ -157,7 +157,7 @@ func (p *planning) trimmable(kept []*x509.Certificate, cred *serverCredential) [
 	out := make([]bool, len(kept))
 	for i, r := range kept {
 		fp := sigs.fingerprint(r)
-		out[i] = p.clients.Tracked && fp != p.root.Fingerprint && fp != sigs.fingerprint(cred.root) && !used[i] && !(onChain[i] && chainInUse)
+		out[i] = p.clients.Tracked && fp != p.root.Fingerprint && fp != sigs.fingerprint(cred.root) && !used[i] && (!onChain[i] || !chainInUse)
 	}
 	return out
 }

@@ -680,6 +680,8 @@ func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
 // and conditions' words they have alike as one value each, and each as it
 // was; a long value is not shared, and however many distinct values a
 // writer gives, the sharing holds a bounded number of them.
+//
+//nolint:gosec // G103: unsafe only reads where two values' bytes live, to show they are one
 func TestTheClientCacheHoldsWhatObjectsShareOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)

@@ -253,7 +253,6 @@ func TestThePublisherWritesWhatChanged(t *testing.T) {
 	_, _, err = f.m.controls(f.ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(f.publish(phase, true)).To(Equal(published{}), "and then left alone")
-	rv = f.get().ResourceVersion
 
 	g.Expect(f.c.Delete(f.ctx, f.get())).To(Succeed())
 	f.clock.SetTime(f.clock.Now().Add(time.Second))

@@ -37,7 +37,7 @@ func TestProfilingIsOffByDefaultAndLoopbackOnly(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		return string(b), err
 	}).Should(ContainSubstring("dualca"))

@@ -88,8 +88,7 @@ func issuanceInFlight(t *testing.T, withIssuing bool) {
 // it) or on the root Secret, with dualca running with issuingDelay.
 func newIssuingScenario(t *testing.T, withIssuing bool) *scenario {
 	t.Helper()
-	var s *scenario
-	s = newScenarioWith(t, shared, nil, func(sc *scenario) ([]string, error) {
+	s := newScenarioWith(t, shared, nil, func(sc *scenario) ([]string, error) {
 		issuer := issuerName
 		if withIssuing {
 			sc.startDualca(sc.issuingOptions(true))
