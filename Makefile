@@ -67,11 +67,11 @@ test: control-plane cert-manager helm promtool prometheus image-tools gateway-to
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak|gateways)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|lib/cluster|lib/mtls|chart|alerts|image|dashboard|soak|gateways)')
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
-	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/cluster/ ./test/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
+	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/lib/cluster/ ./test/lib/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // bundleBenchmarks runs the go test benchmarks of the bundle package three

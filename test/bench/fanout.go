@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/issuance"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/issuance"
 )
 
 // clientLabel selects the client Certificates dualca tracks.
@@ -44,7 +44,7 @@ func (b *bench) createClientRange(ctx context.Context, ns string, root *certs.CA
 }
 
 // createIssued creates the Certificates name(i), from <= i < to, labelled
-// labels, and issues each as cert-manager would (test/issuance: its
+// labels, and issues each as cert-manager would (test/lib/issuance: its
 // CertificateRequest with the certificate, its Secret, its revision), with
 // a leaf of its own from root and ca.crt holding root: dualca reads what
 // cert-manager writes, so the benchmark writes all of it.

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/issuance"
-	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/issuance"
+	"github.com/dualca/dualca/test/lib/mtls"
 )
 
 // handshakes is what none of the others does, measured: for each system, a
@@ -218,7 +218,7 @@ func timelineOf(versions []version, rotated time.Time, r1, r2 *certs.CA) rotatio
 // standInIssuer is cert-manager's issuing controller for one client, as far
 // as the handshakes need it: when the client's Certificate turns Issuing,
 // it issues it a new leaf from the root the root Secret holds (root), with
-// that root as ca.crt, through test/issuance (cert-manager's writes). It
+// that root as ca.crt, through test/lib/issuance (cert-manager's writes). It
 // looks every 50 ms.
 type standInIssuer struct {
 	b        *bench

@@ -47,8 +47,8 @@ import (
 	"k8s.io/client-go/rest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // options are the benchmark's flags; the defaults are what `make bench`
@@ -146,7 +146,7 @@ func subcommand(name string, args []string) bool {
 }
 
 // chartClaim is the largest client count the chart's README claims
-// (test/sizing): the scale point of that size runs dualca in a memory
+// (test/lib/sizing): the scale point of that size runs dualca in a memory
 // cgroup of the chart's limit for it. 10,000 is not claimed: its renewal
 // fan-out did not complete on this machine when the chart's table was
 // measured (8,908 of 10,000 triggered in 3m20s).

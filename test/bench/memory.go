@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // unrelatedSize is the data of each unrelated Secret.

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
-	dualcarun "github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	dualcarun "github.com/dualca/dualca/test/lib/run"
 )
 
 // process is a child of the benchmark: dualca or the baseline. It dies with

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // propagation gives the three systems the same sequence of root rotations,

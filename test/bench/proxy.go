@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/dualca/dualca/test/apirequest"
+	"github.com/dualca/dualca/test/lib/apirequest"
 )
 
 // countingProxy stands between one process and the API server, on

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // report is everything measured, written as docs/benchmarks.md. Every
@@ -257,7 +257,7 @@ func (r *report) writeHandshakes(p func(string, ...any)) {
 	p("")
 	p("## One client on the old root, through a TLS gateway, across a whole rotation")
 	p("")
-	p("For each system, a TLS gateway (`test/mtls`) reads the system's target Secret and reloads it at each change; one")
+	p("For each system, a TLS gateway (`test/lib/mtls`) reads the system's target Secret and reloads it at each change; one")
 	p("client whose leaf and `ca.crt` come from the old root handshakes every 100 ms for %s, then the root rotates", handshakeBefore)
 	p("once. A stand-in for cert-manager's issuing controller watches the client's Certificate (every 50 ms): when it")
 	p("turns `Issuing`, it issues the client a leaf from the root the root Secret holds then, with that root as `ca.crt`,")

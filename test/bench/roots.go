@@ -16,7 +16,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // roots measures the propagation of a new root (one not in ca.crt yet,

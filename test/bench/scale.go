@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // scale measures how dualca's cost grows with the selected clients: for

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // sizingSizes are the client counts the report sizes dualca for.

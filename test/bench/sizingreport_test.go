@@ -7,8 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // The sizing's line lies over every point (the most per client at rest and

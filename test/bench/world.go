@@ -16,7 +16,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 const (

@@ -26,7 +26,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // suite is one column of the matrix: a go test run of one package,

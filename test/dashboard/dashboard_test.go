@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/promserver"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/promserver"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 var pngPath = flag.String("dashboard.png", "", "draw the dashboard's main panels from the queried series into this PNG (e.g. ../../docs/dashboard.png)")

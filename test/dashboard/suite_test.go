@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // dashboardJSON is the dashboard's model, as far as the test reads it.

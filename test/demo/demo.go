@@ -19,8 +19,8 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/mtls"
 )
 
 // The demo world, and the timings dualca gets: seconds instead of minutes

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // stopTimeout is how long dualca gets to shut down after SIGTERM.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 func TestPrefixWriterCountsLinesWithKeyMaterial(t *testing.T) {

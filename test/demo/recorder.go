@@ -11,7 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/lib/monitor"
 )
 
 // moment names what the recorder times in a rotation, each the first time

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // world is the Secrets a recorder sees, built from test roots.

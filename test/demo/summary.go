@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/lib/monitor"
 )
 
 // summary is what the demo shows when the story is over.

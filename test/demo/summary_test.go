@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/lib/monitor"
 )
 
 func TestSummaryVerdictAndExitCode(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/monitor"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/monitor"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // horizon is how long the leader's growth must not take to reach the

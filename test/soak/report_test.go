@@ -16,8 +16,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/dualca/dualca/test/lib/run"
 	"github.com/dualca/dualca/test/plotgrid"
-	"github.com/dualca/dualca/test/run"
 )
 
 // write writes the report to path (Markdown) and, with plotPath, the

@@ -25,11 +25,11 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/monitor"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/monitor"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // span is a range of durations given as "lo-hi" ("30s-120s"), drawn from

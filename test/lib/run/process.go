@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // Process is dualca's real binary running as a child of the test process:

@@ -8,8 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/monitor"
 )
 
 const label = "dualca.io/client"

@@ -28,8 +28,8 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // Target is one scrape job of a single target.

@@ -26,7 +26,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/dualca/dualca/test/cluster"
+	"github.com/dualca/dualca/test/lib/cluster"
 )
 
 const ns = "e2e"

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // cs talks to the control plane that TestMain starts for all the tests.

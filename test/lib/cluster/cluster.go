@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // Options tune the cluster; the zero value suits a test run from anywhere

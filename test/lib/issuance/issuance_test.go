@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/issuance"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/issuance"
 )
 
 // These tests run on controller-runtime's fake client, with the status

@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/mtls"
 )
 
 // interval paces the test clients: fast enough for short tests, slow enough
@@ -441,7 +441,7 @@ func ours() []string {
 	}
 	var found []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "dualca/dualca/test/mtls.") {
+		if strings.Contains(g, "dualca/dualca/test/lib/mtls.") {
 			found = append(found, g)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/apirequest"
+	"github.com/dualca/dualca/test/lib/apirequest"
 )
 
 // Dualca is a running manager.
