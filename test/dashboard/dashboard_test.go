@@ -30,7 +30,7 @@ import (
 	"github.com/dualca/dualca/test/lib/run"
 )
 
-var pngPath = flag.String("dashboard.png", "", "draw the dashboard's main panels from the queried series into this PNG (e.g. ../../docs/dashboard.png)")
+var seriesPath = flag.String("dashboard.series", "", "write the series the dashboard's main panels showed (JSON) to this file, for test/programs/figures to draw")
 
 const (
 	ns          = "agents"
@@ -127,11 +127,11 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	checkPanels(t, got)
 	checkVariables(ctx, t, prom, dash)
 	checkAlertSeries(ctx, t, prom, start, end)
-	if *pngPath != "" {
-		if err := drawDashboard(*pngPath, got, start, end); err != nil {
-			t.Fatalf("drawing %s: %v", *pngPath, err)
+	if *seriesPath != "" {
+		if err := writeSeries(*seriesPath, got, start, end); err != nil {
+			t.Fatalf("writing %s: %v", *seriesPath, err)
 		}
-		t.Logf("dashboard drawn into %s", *pngPath)
+		t.Logf("dashboard series written to %s", *seriesPath)
 	}
 }
 

@@ -139,7 +139,7 @@ func (s *soak) check() {
 			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
 	}
 	if *report != "" {
-		s.g.Expect(o.write(*report, *plotTo)).To(Succeed())
+		s.g.Expect(o.write(*report, *plotTo, *seriesTo)).To(Succeed())
 	}
 	g := s.g
 	g.Expect(o.attempts).To(BeNumerically(">", 0), "the healthy clients handshook")

@@ -137,24 +137,53 @@ func ExpectKubeVersion(cfg *rest.Config) error {
 	return nil
 }
 
-// RepoRoot is the nearest directory at or above the working directory that
-// holds a go.mod: the repository, for anything run by go test or go run
-// from inside it.
+// RepoRoot is the nearest directory at or above the working directory whose
+// go.mod is dualca's module: the repository, for anything run by go test
+// or go run from inside it, test/programs (a module of its own) included.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if declaresModule(filepath.Join(dir, "go.mod"), productModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
+			return "", fmt.Errorf("no go.mod of %s at or above the working directory", productModule)
 		}
 		dir = parent
 	}
+}
+
+// ChdirRepoRoot makes the repository the working directory: a program of
+// test/programs (a module of its own, run with go -C test/programs) then
+// reads and writes the repository's paths, its flags' relative paths
+// included, and runs go and git there, as from the repository's root.
+func ChdirRepoRoot() error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	return os.Chdir(root)
+}
+
+// productModule is the module path of dualca's go.mod.
+const productModule = "github.com/dualca/dualca"
+
+// declaresModule tells whether the go.mod file at path declares module.
+func declaresModule(path, module string) bool {
+	b, err := os.ReadFile(path) //nolint:gosec // G304: a go.mod above the working directory
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == module
+		}
+	}
+	return false
 }
 
 // CertManagerCRDs is the directory of cert-manager's CRDs: deploy/crds of

@@ -49,3 +49,35 @@ func TestKubeVersionIsTheNewestUnlessChosen(t *testing.T) {
 		t.Errorf("an unsupported version was accepted: %q", v)
 	}
 }
+
+// The programs' module sits inside the repository with a go.mod of its
+// own: run from there, a program or its tests still find the repository's
+// bin/, docs/ and go.mod.
+func TestRepoRootIsTheProductModuleNotANestedOne(t *testing.T) {
+	root := t.TempDir()
+	nested := filepath.Join(root, "test", "programs", "bench")
+	if err := os.MkdirAll(nested, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for path, module := range map[string]string{
+		filepath.Join(root, "go.mod"):                     "github.com/dualca/dualca",
+		filepath.Join(root, "test", "programs", "go.mod"): "github.com/dualca/dualca/test/programs",
+	} {
+		if err := os.WriteFile(path, []byte("module "+module+"\n\ngo 1.26\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(nested)
+	got, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The temporary directory may be reached through a symbolic link.
+	want, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = filepath.EvalSymlinks(got); err != nil || got != want {
+		t.Fatalf("RepoRoot() = %s (%v), want %s", got, err, want)
+	}
+}

@@ -7,7 +7,7 @@
 // and Peak at the process's highest resident set (VmHWM, a renewal
 // fan-out included). The request for n clients is Base + n × Rest, the
 // limit (Base + n × Peak) × (1 + Headroom), each rounded up to a multiple
-// of Step. The benchmark's scale step (test/bench) measures the figures
+// of Step. The benchmark's scale step (test/programs/bench) measures the figures
 // and prints the block the chart's README and the project's README hold;
 // test/chart checks that the README's table is the model's and that
 // values.yaml's defaults come from it, and the benchmark runs dualca at
@@ -73,7 +73,7 @@ func roundUp(x float64) int64 {
 
 // Begin and End enclose the sizing block in a README.
 const (
-	Begin = "<!-- sizing: written by test/bench's scale step, checked by test/chart -->"
+	Begin = "<!-- sizing: written by test/programs/bench's scale step, checked by test/chart -->"
 	End   = "<!-- /sizing -->"
 )
 

@@ -77,6 +77,10 @@ type report struct {
 var page string
 
 func main() {
+	if err := controlplane.ChdirRepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "compat:", err)
+		os.Exit(1)
+	}
 	k8sBin := flag.String("k8s-bin", "bin/k8s", "folder holding <version>/kube-apiserver and <version>/etcd for each version")
 	versions := flag.String("versions", "", "the versions to run, separated by spaces or commas (default: every supported one)")
 	certManager := flag.String("cert-manager", "", "the cert-manager version the e2e suites run (for the report)")

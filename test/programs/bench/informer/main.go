@@ -1,5 +1,5 @@
 // Command informer is the third reference of the benchmarks' memory
-// comparison (test/bench): the obvious way to follow a root Secret, a
+// comparison (test/programs/bench): the obvious way to follow a root Secret, a
 // controller-runtime manager whose cached client reads it, which starts an
 // informer on every Secret of the namespace. A binary of its own, so that
 // what is measured is that and nothing of the benchmark.

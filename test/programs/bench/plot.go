@@ -12,7 +12,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/dualca/dualca/test/plotgrid"
+	"github.com/dualca/dualca/test/programs/plotgrid"
 )
 
 // colors of the processes, the same in every panel.

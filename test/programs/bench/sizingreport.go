@@ -39,7 +39,7 @@ func (r *report) scaleCommand() string {
 	for _, s := range r.scale {
 		counts = append(counts, strconv.Itoa(s.clients))
 	}
-	cmd := "go run ./test/bench -dualca bin/dualca -only scale -scale " + strings.Join(counts, ",")
+	cmd := "go -C test/programs run ./bench -dualca bin/dualca -only scale -scale " + strings.Join(counts, ",")
 	if r.quick {
 		cmd += " -quick"
 	}

@@ -160,15 +160,15 @@ func (b *bench) startReference(ctx context.Context, name string, w *world, kubec
 	return startProcess(informerName, informer, "--kubeconfig="+kubeconfig, "--namespace="+w.ns)
 }
 
-// informerBinary builds test/bench/informer once, into the cluster's
+// informerBinary builds test/programs/bench/informer once, into the cluster's
 // temporary directory.
 func (b *bench) informerBinary() (string, error) {
 	path := filepath.Join(b.cluster.Dir, "informer")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	cmd := exec.Command("go", "build", "-o", path, "./test/bench/informer")
-	cmd.Dir = b.root
+	cmd := exec.Command("go", "build", "-o", path, "./bench/informer")
+	cmd.Dir = filepath.Join(b.root, "test", "programs")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the informer: %w\n%s", err, out)
 	}

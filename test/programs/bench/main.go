@@ -90,6 +90,10 @@ type bench struct {
 }
 
 func main() {
+	if err := controlplane.ChdirRepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 	if len(os.Args) > 1 && subcommand(os.Args[1], os.Args[2:]) {
 		return
 	}

@@ -20,9 +20,10 @@
 // zero-downtime strategy avoids.
 //
 // Run it with `make demo` (`make demo LEGACY=1`), which builds what it
-// needs first, or from the repository root:
+// needs first, or from the repository root (its relative paths are the
+// repository's, wherever it runs):
 //
-//	go run ./test/demo -dualca bin/dualca [-legacy] [-v]
+//	go -C test/programs run ./demo -dualca bin/dualca [-legacy] [-v]
 //
 // It never prints key or certificate bytes: only root labels (R1, R2, …),
 // SHA-256 fingerprint prefixes, subjects and expiry dates.
@@ -36,6 +37,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // Exit codes: a demo is also a check.
@@ -58,6 +61,10 @@ type options struct {
 }
 
 func main() {
+	if err := controlplane.ChdirRepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(exitFailed)
+	}
 	o := options{}
 	flag.StringVar(&o.dualca, "dualca", "bin/dualca", "path of the dualca binary (make build)")
 	flag.BoolVar(&o.legacy, "legacy", false, "run dualca with --cert-management-legacy: the old strategy, downtime included")

@@ -34,11 +34,11 @@ func newMemoryCgroup(name string, limit int64) (*memoryCgroup, error) {
 	if _, err := os.Stat(filepath.Join(cgroupV1Memory, own)); err != nil {
 		dir = filepath.Join(cgroupV1Memory, name) // a container seeing its own group as the mount's root
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil { //nolint:gosec // G301: a cgroup, which the kernel fills with its control files
 		return nil, fmt.Errorf("making a memory cgroup: %w", err)
 	}
 	c := &memoryCgroup{dir: dir, limit: limit}
-	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil { //nolint:gosec // G306: the kernel's control file, which exists already
 		return nil, errors.Join(fmt.Errorf("setting the memory cgroup's limit: %w", err), c.remove())
 	}
 	return c, nil

@@ -1,6 +1,6 @@
 // Package plotgrid writes gonum plots side by side into one PNG: the
-// benchmark's figure (test/bench) and the dashboard's picture drawn from a
-// real Prometheus (test/dashboard) are made that way.
+// benchmark's figure (bench) and the soak's and the dashboard's pictures
+// (figures) are made that way.
 package plotgrid
 
 import (
