@@ -34,8 +34,9 @@ IMAGE_DIR         := $(BIN)/image
 
 # The product's module: what bin/dualca is rebuilt from. The programs of
 # test/programs are a module of their own (PROGRAMS: its plotting modules
-# stay out of the product's go.mod), the tools of test/tools one each.
-GO_SOURCES       := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './test/programs/*' -not -path './bin/*') go.mod go.sum
+# stay out of the product's go.mod), the release image builder cmd/ocibuild
+# and the tools of test/tools one each.
+GO_SOURCES       := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './test/programs/*' -not -path './cmd/ocibuild/*' -not -path './bin/*') go.mod go.sum
 PROGRAMS         := test/programs
 PROGRAMS_SOURCES := $(shell find $(PROGRAMS) -name '*.go')
 

@@ -1,4 +1,4 @@
-module github.com/dualca/dualca/test/tools/ocibuild
+module github.com/dualca/dualca/cmd/ocibuild
 
 go 1.26.8
 
