@@ -32,7 +32,17 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 LDFLAGS           := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE_DIR         := $(BIN)/image
 
-GO_SOURCES := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './bin/*') go.mod go.sum
+# The product's module: what bin/dualca is rebuilt from. The programs of
+# test/programs are a module of their own (PROGRAMS: its plotting modules
+# stay out of the product's go.mod), the release image builder cmd/ocibuild
+# and the tools of test/tools one each.
+GO_SOURCES       := $(shell find . -name '*.go' -not -path './test/tools/*' -not -path './test/programs/*' -not -path './cmd/ocibuild/*' -not -path './bin/*') go.mod go.sum
+PROGRAMS         := test/programs
+PROGRAMS_SOURCES := $(shell find $(PROGRAMS) -name '*.go')
+
+# $(call program,name): go run test/programs/<name>; the programs read and
+# write the repository's paths, relative ones included, wherever they run.
+program = $(GO) -C $(PROGRAMS) run ./$(1)
 
 .PHONY: help
 help: ## list the targets
@@ -64,14 +74,16 @@ test: control-plane cert-manager helm promtool prometheus image-tools gateway-to
 	@# starved cert-manager on two cores (roots and clients not issued within
 	@# the suite's waits).
 	$(GO) test -count=1 -timeout 20m -parallel 6 ./test/gateways/
+	$(GO) -C $(PROGRAMS) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|cluster|mtls|chart|alerts|image|dashboard|soak|gateways)')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vE '/test/(integration|e2e|lib/cluster|lib/mtls|chart|alerts|image|dashboard|soak|gateways)')
+	$(GO) -C $(PROGRAMS) test -count=1 ./...
 
 .PHONY: test-e2e
 test-e2e: control-plane cert-manager helm ## run the end-to-end rotations: cert-manager, dualca, a TLS gateway and clients handshaking
-	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/cluster/ ./test/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
+	$(GO) test -count=1 -timeout 15m -v ./test/e2e/... ./test/lib/cluster/ ./test/lib/mtls/ 2>&1 | grep -vE '^\s+\{"level"'
 
 .PHONY: test-integration
 test-integration: control-plane ## run the integration tests against the local control plane
@@ -91,11 +103,13 @@ test-image: control-plane helm image-tools ## build the image, push it to a loca
 
 .PHONY: dashboard-png
 dashboard-png: control-plane cert-manager helm prometheus ## rerun the dashboard test against a real Prometheus and draw docs/dashboard.png from the series it queried
-	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.png=$(CURDIR)/docs/dashboard.png 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|dashboard drawn'
+	$(GO) test -count=1 -v ./test/dashboard/ -args -dashboard.series=$(BIN)/dashboard.json 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|series written'
+	$(call program,figures) dashboard $(BIN)/dashboard.json $(CURDIR)/docs/dashboard.png
 
 .PHONY: test-race
 test-race: control-plane cert-manager helm promtool prometheus gateway-tools ## every test under the race detector (the model test shortened)
 	$(GO) test -race -short -count=1 -timeout 20m ./...
+	$(GO) -C $(PROGRAMS) test -race -short -count=1 -timeout 20m ./...
 
 .PHONY: test-chart
 test-chart: control-plane helm promtool ## lint and render the Helm chart, check its schema and alerts, dry-run, install, upgrade and uninstall it on a real API server
@@ -103,7 +117,7 @@ test-chart: control-plane helm promtool ## lint and render the Helm chart, check
 
 .PHONY: test-compat
 test-compat: control-planes cert-manager helm ## against each supported Kubernetes version in turn: integration, e2e rotations (both strategies), RBAC e2e, the chart on the API server; writes docs/compatibility.md (about 7 min; each kube-apiserver not built yet adds 7 to 9 min, once)
-	$(GO) run ./test/compat -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
+	$(call program,compat) -k8s-bin $(K8S_BIN) -versions '$(KUBE_VERSIONS)' -cert-manager $(CERT_MANAGER_VERSION) -etcd $(ETCD_VERSION) -out docs/compatibility.md
 
 .PHONY: fuzz
 fuzz: ## fuzz the PEM parser, root validation, decisions on a hand-edited gateway Secret and what is kept of a client's leaf for FUZZTIME each (default 1m)
@@ -115,12 +129,14 @@ fuzz: ## fuzz the PEM parser, root validation, decisions on a hand-edited gatewa
 .PHONY: lint
 lint: golangci-lint ## go vet, gofmt and golangci-lint with the linters of .golangci.yml (errorlint, gosec, importas, revive...)
 	$(GO) vet ./...
-	@out=$$(gofmt -l $(filter %.go,$(GO_SOURCES))); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) -C $(PROGRAMS) vet ./...
+	@out=$$(gofmt -l $(filter %.go,$(GO_SOURCES)) $(PROGRAMS_SOURCES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(BIN)/golangci-lint run ./...
+	cd $(PROGRAMS) && $(BIN)/golangci-lint run ./...
 
 .PHONY: demo
 demo: control-plane cert-manager $(BIN)/dualca ## cert-manager, dualca, an mTLS gateway and 30 clients: two overlapping root rotations shown live, then a summary; fails if a handshake failed (LEGACY=1: the legacy strategy)
-	$(GO) run ./test/demo -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
+	$(call program,demo) -dualca $(BIN)/dualca $(if $(LEGACY),-legacy)
 
 # fresh-dualca rebuilds bin/dualca unless it is this revision's: make
 # rebuilds only when a Go file changed, and a report names the binary's
@@ -130,12 +146,18 @@ define fresh-dualca
 endef
 
 # soak-run runs TestSoak for DURATION with CLIENTS clients, its report to
-# docs/$(1).md and docs/$(1).png, with the extra flags $(2).
+# docs/$(1).md and docs/$(1).png, with the extra flags $(2). The suite
+# writes the plot's series to bin/$(1).json and test/programs/figures draws
+# them, also after a failed run, whose report links the plot too.
 define soak-run
 $(fresh-dualca)
-DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
-	-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s $(2) -soak.report=$(CURDIR)/docs/$(1).md -soak.plot=$(CURDIR)/docs/$(1).png \
-	2>&1 | grep -vE '^\s+\{"level"'
+@rm -f $(BIN)/$(1).json
+status=0; DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
+	-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s $(2) -soak.report=$(CURDIR)/docs/$(1).md \
+	-soak.plot=$(CURDIR)/docs/$(1).png -soak.series=$(BIN)/$(1).json \
+	2>&1 | grep -vE '^\s+\{"level"' || status=$$?; \
+	if [ -f $(BIN)/$(1).json ]; then $(call program,figures) soak $(BIN)/$(1).json $(CURDIR)/docs/$(1).png; fi; \
+	exit $$status
 endef
 
 .PHONY: soak
@@ -150,7 +172,7 @@ soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills o
 bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md, docs/benchmarks.png and the raw samples in docs/benchmarks/raw (within 45 min; QUICK=1: a few minutes, not a final report); fails on a dirty tree unless QUICK
 	@# The report names the binary's revision and fails on another one.
 	$(fresh-dualca)
-	$(GO) run ./test/bench -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
+	$(call program,bench) -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
 
 .PHONY: clean
 clean: ## remove ./bin

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // The benchmarks measure the pure work behind one reconcile: parsing and

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // fuzzSeeds generates the certificates of the seed corpus at run time (no

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/legacy"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // TestIssuingMovesOnlyToARootTheGatewayTrusts checks the rule issuing

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // TestPlanRepairsHandEdits checks the rule repair (repair.go): what is

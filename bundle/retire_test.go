@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // TestPlanRetiresOldRoots checks the rule retire (retire.go): a root leaves

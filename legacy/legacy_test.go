@@ -10,7 +10,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/legacy"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 var lgNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

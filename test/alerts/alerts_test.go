@@ -22,8 +22,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/promserver"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/promserver"
 )
 
 // rulesFile is the name the rule tests give in rule_files: the rendered

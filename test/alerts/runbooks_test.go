@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // defaultRunbooks is the chart's default prometheusRule.runbookBaseURL.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // The target shapes (syncer/targets.go): where dualca writes the rotation,

@@ -22,8 +22,8 @@ import (
 
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // The value sets the tests render; the release is "dualca" in namespace

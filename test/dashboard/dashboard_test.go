@@ -24,13 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/promserver"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/promserver"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
-var pngPath = flag.String("dashboard.png", "", "draw the dashboard's main panels from the queried series into this PNG (e.g. ../../docs/dashboard.png)")
+var seriesPath = flag.String("dashboard.series", "", "write the series the dashboard's main panels showed (JSON) to this file, for test/programs/figures to draw")
 
 const (
 	ns          = "agents"
@@ -127,11 +127,11 @@ func TestEveryPanelShowsARotationFromARealPrometheus(t *testing.T) {
 	checkPanels(t, got)
 	checkVariables(ctx, t, prom, dash)
 	checkAlertSeries(ctx, t, prom, start, end)
-	if *pngPath != "" {
-		if err := drawDashboard(*pngPath, got, start, end); err != nil {
-			t.Fatalf("drawing %s: %v", *pngPath, err)
+	if *seriesPath != "" {
+		if err := writeSeries(*seriesPath, got, start, end); err != nil {
+			t.Fatalf("writing %s: %v", *seriesPath, err)
 		}
-		t.Logf("dashboard drawn into %s", *pngPath)
+		t.Logf("dashboard series written to %s", *seriesPath)
 	}
 }
 

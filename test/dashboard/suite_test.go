@@ -10,8 +10,9 @@
 // DualcaRotationLag fires while dualca is held behind and resolves once it
 // catches up.
 //
-// With -dashboard.png=PATH the test also draws the dashboard's main panels
-// from the series it queried into a PNG (the README's picture).
+// With -dashboard.series=PATH the test also writes the series its main
+// panels showed, which make dashboard-png draws into the README's picture
+// with test/programs/figures.
 package dashboard
 
 import (
@@ -24,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // dashboardJSON is the dashboard's model, as far as the test reads it.

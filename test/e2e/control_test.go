@@ -26,8 +26,8 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/syncer/operator"
-	"github.com/dualca/dualca/test/apirequest"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/apirequest"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // TestOperatorPausesResumesAndPromotesRotations: an operator steers

@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/apirequest"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/apirequest"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // Faults: what a production gateway lives through besides rotations.

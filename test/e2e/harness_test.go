@@ -37,9 +37,9 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 var (

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/apirequest"
+	"github.com/dualca/dualca/test/lib/apirequest"
 )
 
 // TestChartRBACIsEnoughForTheIssuingSecret: with issuingSecret.name the

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/cluster"
+	"github.com/dualca/dualca/test/lib/cluster"
 )
 
 // TestRotationsOfRSARootsFailNoHandshake: cert-manager issues the root

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/monitor"
+	"github.com/dualca/dualca/test/lib/monitor"
 )
 
 // maxRace bounds how long a client issued from a root the gateway does not

@@ -36,8 +36,8 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/apirequest"
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/apirequest"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // The chart's RBAC, for real: dualca runs a rotation as the chart's

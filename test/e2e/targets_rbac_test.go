@@ -20,8 +20,8 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/apirequest"
-	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/lib/apirequest"
+	"github.com/dualca/dualca/test/lib/mtls"
 )
 
 // The chart's RBAC for the other target shapes (syncer/targets.go), as

@@ -24,8 +24,8 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // ServerName is the DNS name the gateways serve and the clients check: the

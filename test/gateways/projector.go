@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/dualca/dualca/test/mtls"
+	"github.com/dualca/dualca/test/lib/mtls"
 )
 
 // Kind is the kind of object a projected file comes from.

@@ -12,8 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 var (

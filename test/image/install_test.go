@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/controlplane"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // Where the release puts dualca and what it syncs.

@@ -19,8 +19,8 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 var digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)

@@ -23,9 +23,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // kubeconfigDir is where the container finds its kubeconfig: the one

@@ -20,9 +20,9 @@ import (
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/controlplane"
-	dualcarun "github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	dualcarun "github.com/dualca/dualca/test/lib/run"
 )
 
 var nsCounter atomic.Int64

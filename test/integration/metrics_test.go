@@ -25,10 +25,10 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/syncer"
-	"github.com/dualca/dualca/test/certs"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/issuance"
-	dualcarun "github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/certs"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/issuance"
+	dualcarun "github.com/dualca/dualca/test/lib/run"
 )
 
 // TestMetricsFollowARotation scrapes dualca's real metrics endpoint across

@@ -18,7 +18,7 @@ import (
 	"github.com/dualca/dualca/flags"
 	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/syncer/operator"
-	"github.com/dualca/dualca/test/certs"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // TestTheSplitFormPutsTheBundleInTheCacertSecret: in Istio's split form

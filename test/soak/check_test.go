@@ -10,10 +10,10 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/monitor"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/sizing"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/monitor"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/sizing"
 )
 
 // horizon is how long the leader's growth must not take to reach the
@@ -139,7 +139,7 @@ func (s *soak) check() {
 			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
 	}
 	if *report != "" {
-		s.g.Expect(o.write(*report, *plotTo)).To(Succeed())
+		s.g.Expect(o.write(*report, *plotTo, *seriesTo)).To(Succeed())
 	}
 	g := s.g
 	g.Expect(o.attempts).To(BeNumerically(">", 0), "the healthy clients handshook")

@@ -47,13 +47,14 @@
 // -soak.kills=false (`make soak-leaks`) no replica is killed and
 // kube-apiserver is not restarted (on a busy machine a restart outlasts
 // the lease's renew deadline), so the leader lives the whole run. A shorter run reports the slopes and judges
-// none. It reports API requests per minute and can write docs/soak.md
-// with a timeline plot.
+// none. It reports API requests per minute and can write docs/soak.md,
+// and the series of its timeline plot, which make soak draws into
+// docs/soak.png with test/programs/figures.
 //
 // `make test` runs it for 3 minutes with 20 clients (TestSoak's defaults,
 // rotations every 30 s-2 min as in `make soak`), leaks not judged;
 // `make soak DURATION=60m CLIENTS=100` runs it longer and writes
 // docs/soak.md, `make soak-leaks` the run without kills, docs/soak-leaks.md.
 // The test's flags: -soak.duration, -soak.clients, -soak.lag, -soak.rotate,
-// -soak.faults, -soak.kills, -soak.report, -soak.plot.
+// -soak.faults, -soak.kills, -soak.report, -soak.plot, -soak.series.
 package soak

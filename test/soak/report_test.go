@@ -3,7 +3,6 @@ package soak
 import (
 	"cmp"
 	"fmt"
-	"image/color"
 	"maps"
 	"os"
 	"os/exec"
@@ -12,20 +11,17 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-
-	"github.com/dualca/dualca/test/plotgrid"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/figure"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
-// write writes the report to path (Markdown) and, with plotPath, the
-// timeline plot, linked from the report.
-func (o *outcome) write(path, plotPath string) error {
-	if plotPath != "" {
-		if err := o.plot(plotPath); err != nil {
-			return fmt.Errorf("plotting %s: %w", plotPath, err)
+// write writes the report to path (Markdown), linking the timeline plot
+// at plotPath when there is one, and with seriesPath what the plot is drawn
+// from (make soak then draws it, with test/programs/figures).
+func (o *outcome) write(path, plotPath, seriesPath string) error {
+	if seriesPath != "" {
+		if err := figure.Write(seriesPath, o.figure()); err != nil {
+			return err
 		}
 	}
 	if err := os.WriteFile(path, []byte(o.markdown(path, plotPath)), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
@@ -225,158 +221,25 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 // plot draws three panels over the run's minutes: handshakes per second
 // and failures with the rotations and faults marked; the gateway's phase
 // and roots; each replica's resident memory.
-func (o *outcome) plot(path string) error {
-	begin := o.begin()
-	at := func(t time.Time) float64 { return t.Sub(begin).Minutes() }
-	traffic, err := o.trafficPlot(at)
-	if err != nil {
-		return err
-	}
-	phases, err := o.phasePlot(at)
-	if err != nil {
-		return err
-	}
-	memory, err := o.memoryPlot(at)
-	if err != nil {
-		return err
-	}
-	panels := []*plot.Plot{traffic, phases, memory}
-	for _, p := range panels {
-		p.X.Min, p.X.Max = 0, o.elapsed.Minutes()
-	}
-	return plotgrid.WritePNG(path, 1, 24*vg.Centimeter, 8*vg.Centimeter, panels...)
-}
-
-var (
-	blue   = color.RGBA{R: 70, G: 130, B: 180, A: 255}
-	red    = color.RGBA{R: 200, A: 255}
-	green  = color.RGBA{G: 140, A: 255}
-	orange = color.RGBA{R: 220, G: 130, A: 255}
-	grey   = color.RGBA{R: 150, G: 150, B: 150, A: 255}
-)
-
-// rateWindow is the shortest interval the plot computes a rate over.
-const rateWindow = 10 * time.Second
-
-func (o *outcome) trafficPlot(at func(time.Time) float64) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = "Healthy clients' handshakes per second; rotations (green) and faults (orange)"
-	p.X.Label.Text = "minutes"
-	var rate, failed plotter.XYs
-	top := 1.0
-	// Rates over rateWindow at least: samples that came close together
-	// (a sampler held up, then catching up) make no spikes.
-	a := 0
-	for i := 1; i < len(o.samples); i++ {
-		b := o.samples[i]
-		if b.at.Sub(o.samples[a].at) < rateWindow && i < len(o.samples)-1 {
-			continue
-		}
-		dt := b.at.Sub(o.samples[a].at).Seconds()
-		from := o.samples[a]
-		a = i
-		if dt <= 0 {
-			continue
-		}
-		r := float64(b.attempts-from.attempts) / dt
-		top = max(top, r)
-		rate = append(rate, plotter.XY{X: at(b.at), Y: r})
-		if n := b.failures - from.failures; n > 0 {
-			failed = append(failed, plotter.XY{X: at(b.at), Y: float64(n) / dt})
-		}
-	}
-	if err := addLine(p, rate, blue, "handshakes/s"); err != nil {
-		return nil, err
-	}
-	if len(failed) > 0 {
-		sc, err := plotter.NewScatter(failed)
-		if err != nil {
-			return nil, err
-		}
-		sc.Color = red
-		p.Add(sc)
-		p.Legend.Add("failed/s", sc)
+// figure is what the timeline plot shows: the healthy clients' traffic,
+// the gateway's phase and roots, the rotations and faults, and each
+// replica's resident memory.
+func (o *outcome) figure() figure.Soak {
+	f := figure.Soak{Start: o.begin(), Elapsed: o.elapsed}
+	for _, s := range o.samples {
+		f.Samples = append(f.Samples, figure.SoakSample{At: s.at, Attempts: s.attempts, Failures: s.failures,
+			Phase: s.phase, Root: s.root, Server: s.server})
 	}
 	for _, e := range o.timeline {
-		c := orange
 		switch e.kind {
 		case "phase", rotationSkipped, killSkipped:
-			continue
-		case rotationRequested:
-			c = green
-		}
-		l, err := plotter.NewLine(plotter.XYs{{X: at(e.at), Y: 0}, {X: at(e.at), Y: top * 1.05}})
-		if err != nil {
-			return nil, err
-		}
-		l.Color = c
-		l.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
-		p.Add(l)
-	}
-	p.Y.Min = 0
-	p.Legend.Top = true
-	return p, nil
-}
-
-// phaseLevels places the phases on the y axis.
-var phaseLevels = map[string]float64{"": 0, "Steady": 1, "Bundle": 2, "Renewing": 3, "Retiring": 4}
-
-func (o *outcome) phasePlot(at func(time.Time) float64) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = "The gateway's phase (0 deleted, 1 Steady, 2 Bundle, 3 Renewing, 4 Retiring), current root and server root (R number)"
-	p.X.Label.Text = "minutes"
-	var phase, root, server plotter.XYs
-	for _, s := range o.samples {
-		phase = append(phase, plotter.XY{X: at(s.at), Y: phaseLevels[s.phase]})
-		root = append(root, plotter.XY{X: at(s.at), Y: float64(s.root)})
-		server = append(server, plotter.XY{X: at(s.at), Y: float64(s.server)})
-	}
-	for _, l := range []struct {
-		xys   plotter.XYs
-		color color.Color
-		name  string
-	}{{phase, blue, "phase"}, {root, green, "current root"}, {server, grey, "server root"}} {
-		if err := addLine(p, l.xys, l.color, l.name); err != nil {
-			return nil, err
+			// Nothing happened to the gateway.
+		default:
+			f.Events = append(f.Events, figure.SoakEvent{At: e.at, Rotation: e.kind == rotationRequested})
 		}
 	}
-	p.Y.Min = 0
-	p.Legend.Top = true
-	p.Legend.Left = true
-	return p, nil
-}
-
-func (o *outcome) memoryPlot(at func(time.Time) float64) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = "dualca's resident memory per replica process (MiB)"
-	p.X.Label.Text = "minutes"
-	byPid := map[int]plotter.XYs{}
 	for _, r := range o.resources {
-		byPid[r.pid] = append(byPid[r.pid], plotter.XY{X: at(r.at), Y: r.rss / (1 << 20)})
+		f.Memory = append(f.Memory, figure.Memory{At: r.at, PID: r.pid, RSS: r.rss})
 	}
-	colors := []color.Color{blue, green, orange, grey, red}
-	for i, pid := range slices.Sorted(maps.Keys(byPid)) {
-		l, err := plotter.NewLine(byPid[pid])
-		if err != nil {
-			return nil, err
-		}
-		l.Color = colors[i%len(colors)]
-		p.Add(l)
-	}
-	p.Y.Min = 0
-	return p, nil
-}
-
-func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, name string) error {
-	if len(xys) == 0 {
-		return nil
-	}
-	l, err := plotter.NewLine(xys)
-	if err != nil {
-		return err
-	}
-	l.Color = c
-	p.Add(l)
-	p.Legend.Add(name, l)
-	return nil
+	return f
 }

@@ -8,7 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dualca/dualca/bundle"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 const (

@@ -25,11 +25,11 @@ import (
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
-	"github.com/dualca/dualca/test/cluster"
-	"github.com/dualca/dualca/test/controlplane"
-	"github.com/dualca/dualca/test/monitor"
-	"github.com/dualca/dualca/test/mtls"
-	"github.com/dualca/dualca/test/run"
+	"github.com/dualca/dualca/test/lib/cluster"
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/monitor"
+	"github.com/dualca/dualca/test/lib/mtls"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // span is a range of durations given as "lo-hi" ("30s-120s"), drawn from
@@ -80,9 +80,10 @@ var (
 	faults = span{20 * time.Second, 60 * time.Second}
 	// kills off makes the run that judges leaks alone (`make soak-leaks`):
 	// every fault but the kills, so that the leader lives the whole run.
-	kills  = flag.Bool("soak.kills", true, "kill the leader and the standby among the faults")
-	report = flag.String("soak.report", "", "write the report (Markdown) to this file")
-	plotTo = flag.String("soak.plot", "", "write the timeline plot (PNG) to this file")
+	kills    = flag.Bool("soak.kills", true, "kill the leader and the standby among the faults")
+	report   = flag.String("soak.report", "", "write the report (Markdown) to this file")
+	plotTo   = flag.String("soak.plot", "", "the timeline plot (PNG) the report links, drawn from -soak.series by test/programs/figures")
+	seriesTo = flag.String("soak.series", "", "write what the timeline plot shows (JSON) to this file")
 )
 
 func init() {

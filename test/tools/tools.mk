@@ -178,8 +178,9 @@ $(BIN)/golangci-lint: $(TOOLS_MK_DIR)/golangci-lint/go.mod $(TOOLS_MK_DIR)/golan
 golangci-lint: $(BIN)/golangci-lint ## build golangci-lint into ./bin from Go modules (for make lint)
 
 # --- image tools (make image, make push, and the tests in test/image) -------
-# ocibuild (test/tools/ocibuild) builds dualca's OCI image index with
-# github.com/google/go-containerregistry and pushes it; registry is the CNCF
+# ocibuild (cmd/ocibuild, release tooling with a module of its own) builds
+# dualca's OCI image index with github.com/google/go-containerregistry and
+# pushes it; registry is the CNCF
 # distribution registry with its filesystem driver only
 # (test/tools/registry), started by the image tests on 127.0.0.1; runc runs
 # the image there. runc is the only tool that needs cgo (its nsenter part is
@@ -188,10 +189,12 @@ golangci-lint: $(BIN)/golangci-lint ## build golangci-lint into ./bin from Go mo
 REGISTRY_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/registry/go.mod,github.com/distribution/distribution/v3)
 RUNC_VERSION     ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/runc/go.mod,github.com/opencontainers/runc)
 
-$(BIN)/ocibuild: $(TOOLS_MK_DIR)/ocibuild/go.mod $(TOOLS_MK_DIR)/ocibuild/go.sum $(wildcard $(TOOLS_MK_DIR)/ocibuild/*.go)
+OCIBUILD_DIR := $(abspath $(TOOLS_MK_DIR)/../../cmd/ocibuild)
+
+$(BIN)/ocibuild: $(OCIBUILD_DIR)/go.mod $(OCIBUILD_DIR)/go.sum $(wildcard $(OCIBUILD_DIR)/*.go)
 	@mkdir -p $(@D)
 	@echo "building ocibuild (go-containerregistry) from Go modules (under a minute, once)"
-	cd $(TOOLS_MK_DIR)/ocibuild && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w' -o $@.tmp . && mv -f $@.tmp $@
+	cd $(OCIBUILD_DIR) && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '-s -w' -o $@.tmp . && mv -f $@.tmp $@
 
 $(BIN)/registry: $(TOOLS_MK_DIR)/registry/go.mod $(TOOLS_MK_DIR)/registry/go.sum $(TOOLS_MK_DIR)/registry/main.go
 	@mkdir -p $(@D)

@@ -1,6 +1,6 @@
 // Command trust-manager runs cert-manager trust-manager's Bundle controller,
 // built from the github.com/cert-manager/trust-manager module, for the
-// benchmarks (test/bench) to compare dualca with what a user would install
+// benchmarks (test/programs/bench) to compare dualca with what a user would install
 // instead to copy a CA into a Secret a gateway reads. It is upstream's
 // cmd/trust-manager without the webhook, which the benchmarks do not need
 // (they write valid Bundles), and with every server on the address given,

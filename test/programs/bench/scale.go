@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/test/lib/sizing"
+)
+
+// scale measures how dualca's cost grows with the selected clients: for
+// each count, a namespace of its own with that many Certificates issued as
+// cert-manager issues them (each a leaf of its own from the old root, its
+// CertificateRequest and Secret written directly: nothing issues them), a
+// fresh dualca, the time to its first sync, its resident memory, its
+// reconcile time at rest, and the fan-out of renewal triggers at
+// --renewal-qps=500 when the root rotates. Last, 10,000 issued Certificates
+// of no selected client join a client namespace, and the memory is
+// measured again.
+func (b *bench) scale(ctx context.Context) error {
+	b.report.touches = b.opts.touches
+	if claim, err := sizing.Claim(b.root); err != nil {
+		b.report.claimErr = err.Error()
+	} else {
+		b.report.claim = claim
+	}
+	base, err := b.scalePoint(ctx, 0, false)
+	if err != nil {
+		return fmt.Errorf("no clients: %w", err)
+	}
+	b.report.scaleBase = base.rss
+	b.log("scale: a dualca selecting no client holds %s", mib(base.rss))
+	for i, n := range b.opts.scale {
+		last := i == len(b.opts.scale)-1
+		pt, err := b.scalePoint(ctx, n, last)
+		if err != nil {
+			if pt.clients > 0 {
+				b.report.scale = append(b.report.scale, pt) // what was measured before it failed
+			}
+			return fmt.Errorf("%d clients: %w", n, err)
+		}
+		b.report.scale = append(b.report.scale, pt)
+		if c := pt.check; c != nil && c.unavailable == "" {
+			b.log("scale %d clients in a memory cgroup of %s (the chart's limit): highest charge %s, failcnt %d, OOM kills %d, alive %t, ready %t, gateway on the new root %t",
+				n, mib(c.limit), mib(c.stats.maxUsage), c.stats.failcnt, c.stats.oomKills, c.alive, c.ready, c.inSync)
+		}
+		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s",
+			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal)
+	}
+	return nil
+}
+
+// scaleQPS is dualca's --renewal-qps in the scale runs.
+const scaleQPS = 500
+
+// scalePoint measures n clients. At the chart's largest claimed size its
+// dualca runs in a memory cgroup of the chart's limit for that size (see
+// limitCheck).
+func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt scalePoint, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cg *memoryCgroup
+	var unavailable error
+	if claim := b.report.claim; n > 0 && claim.Clients == n {
+		// Without a group (no cgroup v1 memory controller, not root) the
+		// point is measured as the others, and the check said not made.
+		if cg, unavailable = newMemoryCgroup(fmt.Sprintf("dualca-bench-%d-%d", os.Getpid(), n), claim.Limit); unavailable != nil {
+			b.log("the chart's limit cannot be checked at %d clients: %v", n, unavailable)
+			defer func() { pt.check = &limitCheck{limit: claim.Limit, unavailable: unavailable.Error()} }()
+		} else {
+			defer func() { pt.check = finishCheck(pt.check, cg, err) }()
+		}
+	}
+	roots, err := newRoots(2)
+	if err != nil {
+		return scalePoint{}, err
+	}
+	w, err := b.newWorld(ctx, fmt.Sprintf("scale-%d", n), roots[0])
+	if err != nil {
+		return scalePoint{}, err
+	}
+	began := time.Now()
+	if err := b.createClients(ctx, w.ns, roots[0], n); err != nil {
+		return scalePoint{}, err
+	}
+	b.log("created and issued %d client Certificates in %s", n, time.Since(began).Round(time.Second))
+	gw, err := w.watchSecret(ctx, gatewayName)
+	if err != nil {
+		return scalePoint{}, err
+	}
+	args := []string{w.rootFlag(), w.gatewayFlag(), "--client-selector=" + clientLabel + "=agent", "--client-namespaces=" + w.ns,
+		fmt.Sprintf("--renewal-qps=%d", scaleQPS), "--trust-propagation-delay=100ms", "--server-switch-grace=1h",
+		"--poll-interval=" + b.opts.poll.String()}
+	p, firstSync, err := b.startSynced(ctx, cg, args)
+	if err != nil {
+		return scalePoint{clients: n}, err
+	}
+	defer p.stop()
+	pt = scalePoint{clients: n, firstSync: firstSync}
+	if pt.rss, err = settledRSS(ctx, p); err != nil {
+		return pt, err
+	}
+	if n == 0 {
+		return pt, nil // the baseline: what dualca holds for no client
+	}
+	if pt.reconcile, err = b.reconcileAtRest(ctx, w, p); err != nil {
+		return pt, err
+	}
+	if withOrphans {
+		if pt.orphans, pt.orphanRSS, err = b.orphans(ctx, w, args); err != nil {
+			return pt, err
+		}
+	}
+	before, err := p.scrape(ctx)
+	if err != nil {
+		return pt, err
+	}
+	churnBegan := time.Now()
+	if pt.fanout, err = b.triggerFanOut(ctx, w, gw, p, roots[1], n, scaleQPS); err != nil {
+		return pt, err
+	}
+	after, err := p.scrape(ctx)
+	if err != nil {
+		return pt, err
+	}
+	pt.churn, pt.churnWindow = quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), time.Since(churnBegan)
+	if pt.afterRSS, err = settledRSS(ctx, p); err != nil {
+		return pt, err
+	}
+	// The highest resident set, read last: the settled one after the
+	// fan-out was seen above the peak read at the fan-out's end.
+	if pt.peakRSS, err = p.peakRSS(); err != nil {
+		return pt, err
+	}
+	if cg != nil {
+		pt.check = b.limitHeld(ctx, p, gw, roots[1].Cert)
+	}
+	return pt, nil
+}
+
+// limitCheck is the chart's memory limit at the largest size it claims:
+// that scale point's dualca runs in a memory cgroup whose limit is the
+// chart's (its README's table, whose largest row values.yaml's default
+// limit is), reads it for its GOMEMLIMIT as in a container, and goes
+// through the point's renewal fan-out. It held if the kernel killed
+// nothing in the group, the process is alive and ready, and the gateway
+// names the new root.
+type limitCheck struct {
+	limit                int64
+	alive, ready, inSync bool
+	stats                cgroupStats
+	// err is what failed, "" when nothing did; unavailable why no group
+	// could be made (nothing was checked).
+	err, unavailable string
+}
+
+func (c *limitCheck) held() bool {
+	return c != nil && c.err == "" && c.unavailable == "" && c.alive && c.ready && c.inSync && c.stats.oomKills == 0 && c.stats.underOOM == 0
+}
+
+// limitHeld reads, after the fan-out, whether dualca p is alive and ready
+// and its gateway names root.
+func (b *bench) limitHeld(ctx context.Context, p *process, gw *secretWatch, root *x509.Certificate) *limitCheck {
+	c := &limitCheck{alive: p.alive() == nil, ready: p.ready(ctx)}
+	if vs := gw.since(0); len(vs) > 0 {
+		c.inSync = vs[len(vs)-1].state.Root == bundle.Fingerprint(root)
+	}
+	return c
+}
+
+// finishCheck completes the check once the point's dualca has stopped:
+// the group's figures, what failed, the group removed.
+func finishCheck(c *limitCheck, cg *memoryCgroup, failed error) *limitCheck {
+	if c == nil {
+		c = &limitCheck{}
+	}
+	c.limit = cg.limit
+	var err error
+	c.stats, err = cg.stats()
+	if failed != nil {
+		c.err = failed.Error()
+	} else if err != nil {
+		c.err = err.Error()
+	}
+	_ = cg.remove()
+	return c
+}
+
+// startSynced starts dualca and waits for its readiness probe, which
+// answers once the first reconcile has written the gateway.
+func (b *bench) startSynced(ctx context.Context, cg *memoryCgroup, args []string) (*process, time.Duration, error) {
+	p, err := b.startDualcaIn(cg, b.cluster.Kubeconfig, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	var took time.Duration
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
+		}
+		if p.ready(ctx) {
+			took = time.Since(p.started)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		p.stop()
+		return nil, 0, err
+	}
+	return p, took, nil
+}
+
+// reconcileAtRest makes dualca reconcile with nothing to change (the root
+// Secret's annotations touched, its content the same) and reads the
+// reconcile times from controller-runtime's histogram.
+func (b *bench) reconcileAtRest(ctx context.Context, w *world, p *process) (histogramQuantiles, error) {
+	before, err := p.scrape(ctx)
+	if err != nil {
+		return histogramQuantiles{}, err
+	}
+	for i := range b.opts.touches {
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"bench.dualca.io/touch":"%d"}}}`, i)
+		root, err := b.cs.CoreV1().Secrets(w.ns).Patch(ctx, rootName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			return histogramQuantiles{}, err
+		}
+		w.root = root
+		time.Sleep(200 * time.Millisecond)
+	}
+	after, err := p.scrape(ctx)
+	if err != nil {
+		return histogramQuantiles{}, err
+	}
+	return quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), nil
+}
+
+// orphanCertificates is how many issued Certificates of no selected client
+// join a client namespace.
+const orphanCertificates = 10000
+
+// orphans adds issued Certificates of no selected client (each with its
+// CertificateRequest and Secret) in a second client namespace and measures
+// a fresh dualca's memory: it must cache none of them.
+func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int64, error) {
+	n := min(orphanCertificates, b.opts.scale[len(b.opts.scale)-1])
+	ns := w.ns + "-orphans"
+	if err := b.cluster.CreateNamespace(ctx, ns); err != nil {
+		return 0, 0, err
+	}
+	roots, err := newRoots(1)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := b.createUnselected(ctx, ns, roots[0], n); err != nil {
+		return 0, 0, err
+	}
+	var withOrphans []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "--client-namespaces=") {
+			a += "," + ns
+		}
+		withOrphans = append(withOrphans, a)
+	}
+	p, _, err := b.startSynced(ctx, nil, withOrphans)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.stop()
+	rss, err := settledRSS(ctx, p)
+	return n, rss, err
+}
+
+// scalePoint is the cost with one number of clients.
+type scalePoint struct {
+	clients   int
+	firstSync time.Duration
+	rss       int64
+	reconcile histogramQuantiles
+	fanout    fanoutResult
+	// churn are the reconciles from the rotation to the last trigger of
+	// the fan-out, a window of churnWindow: every trigger is a client's
+	// change.
+	churn       histogramQuantiles
+	churnWindow time.Duration
+	// peakRSS is the highest resident set of the process, read after the
+	// fan-out; afterRSS its settled resident set then.
+	peakRSS, afterRSS int64
+	// orphans and orphanRSS: the issued Certificates of no selected
+	// client added, and a fresh dualca's memory then.
+	orphans   int
+	orphanRSS int64
+	// check is the chart's limit checked at this size, nil elsewhere.
+	check *limitCheck
+}

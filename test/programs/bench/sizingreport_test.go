@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/sizing"
+)
+
+// The sizing's line lies over every point (the most per client at rest and
+// at the peak), its block parses back, and the check of the chart's limit
+// is judged on the kernel's and the process's word.
+func TestSizingReport(t *testing.T) {
+	g := NewWithT(t)
+	const mb = 1 << 20
+	r := &report{commit: "abc1234", only: "scale", scaleBase: 38 * mb,
+		scale: []scalePoint{
+			{clients: 1000, rss: 51 * mb, peakRSS: 70 * mb, afterRSS: 60 * mb},
+			{clients: 10000, rss: 170 * mb, peakRSS: 290 * mb, afterRSS: 280 * mb,
+				check: &limitCheck{limit: 400 * mb, alive: true, ready: true, inSync: true, stats: cgroupStats{maxUsage: 300 * mb, failcnt: 0}}},
+		},
+		claim: sizing.Row{Clients: 10000, Limit: 400 * mb}}
+	m, ok := r.sizingModel()
+	g.Expect(ok).To(BeTrue())
+	// At rest: 10000 clients after the fan-out, (280-38) MiB / 10000 = 24.8 KiB; the peak: 1000 clients, (70-38) MiB / 1000 = 32.8 KiB.
+	g.Expect(m).To(Equal(sizing.Model{BaseMiB: 38, RestKiB: 24.8, PeakKiB: 32.8}))
+	var out strings.Builder
+	r.writeSizing(func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") })
+	got, rows, _, err := sizing.Parse(out.String())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(m))
+	g.Expect(rows).To(HaveLen(len(sizingSizes)))
+	g.Expect(out.String()).To(ContainSubstring("-only scale -scale 1000,10000` at commit `abc1234`"))
+	g.Expect(out.String()).To(ContainSubstring("**the chart's limit is under this run's model**"))
+	g.Expect(out.String()).To(ContainSubstring("| held |"))
+	g.Expect(r.scale[1].check.held()).To(BeTrue())
+
+	killed := *r.scale[1].check
+	killed.stats.oomKills, killed.alive = 1, false
+	g.Expect(killed.held()).To(BeFalse())
+	var none *limitCheck
+	g.Expect(none.held()).To(BeFalse())
+
+	r.scale[1].check = &limitCheck{limit: 400 * mb, unavailable: "no cgroup v1 memory controller"}
+	out.Reset()
+	r.writeSizing(func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") })
+	g.Expect(out.String()).To(ContainSubstring("It could not be checked in this run: no cgroup v1 memory controller."))
+	out.Reset()
+	r.writeSizingTarget(func(f string, a ...any) { out.WriteString(fmt.Sprintf(f, a...) + "\n") })
+	g.Expect(out.String()).To(ContainSubstring("not checked in this run"))
+}
+
+// make bench checks the chart's claim: its scale sizes hold the largest
+// the chart's README claims.
+func TestTheRunChecksTheChartsClaim(t *testing.T) {
+	g := NewWithT(t)
+	claim, err := sizing.Claim(controlplane.TestRepoRoot(t))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(claim.Clients).To(Equal(chartClaim))
+	var o options
+	o.defaults()
+	g.Expect(o.scale).To(ContainElement(claim.Clients))
+}
