@@ -34,7 +34,7 @@ func clientRoots(root *Root, clients Clients, now time.Time) []*x509.Certificate
 	var out []*x509.Certificate
 	for _, c := range clients.Items {
 		for _, ca := range c.CA {
-			if isCA(ca) && bytes.Equal(ca.RawSubject, root.Cert.RawSubject) && c.uses(clients.Signatures, ca, now) {
+			if isCA(ca) && bytes.Equal(ca.RawSubject, root.Cert.RawSubject) && c.uses(clients.Memory, ca, now) {
 				out = append(out, ca)
 			}
 		}

@@ -46,10 +46,10 @@ func newBenchWorld(b *testing.B, n int) *benchWorld {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The syncer keeps one Signatures for as long as it runs. Each client
+	// The syncer keeps one Memory for as long as it runs. Each client
 	// has a leaf of its own, as in a cluster: one leaf shared by every
 	// client would keep the decision's chain checks in the CPU's caches.
-	w.clients = bundle.Clients{Tracked: true, Signatures: bundle.NewSignatures()}
+	w.clients = bundle.Clients{Tracked: true, Memory: bundle.NewMemory()}
 	for i := range n {
 		leaf := certs.MustNew(b, fmt.Sprintf("client-%d", i), testNow.Add(-time.Hour), testNow.Add(100*time.Hour), certs.Options{}, w.r1)
 		w.clients.Items = append(w.clients.Items, bundle.Client{Name: fmt.Sprintf("agents/client-%d", i), Leaf: bundle.NewClientLeaf(leaf.Cert, []*x509.Certificate{w.r1.Cert}), CA: []*x509.Certificate{w.r1.Cert}})
@@ -100,7 +100,7 @@ func BenchmarkNormalize(b *testing.B) {
 func BenchmarkChainsTo(b *testing.B) {
 	w := newBenchWorld(b, 0)
 	leaf := certs.MustNew(b, "client", testNow.Add(-time.Hour), testNow.Add(time.Hour), certs.Options{}, w.r1)
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	for b.Loop() {
 		if !sigs.ChainsTo(leaf.Cert, w.r1.Cert) {
 			b.Fatal("leaf does not chain to its issuer")
@@ -121,13 +121,13 @@ func BenchmarkVerifyServer(b *testing.B) {
 // the cost of every poll and every client event) and when a new root
 // arrives (a new bundle and server credential: the cost on the propagation
 // path), with 0, 1,000 and 50,000 tracked clients. Each decision
-// starts a generation of the Signatures, as each reconcile does.
+// starts a generation of the Memory, as each reconcile does.
 func BenchmarkPlan(b *testing.B) {
 	for _, n := range []int{0, 1000, 50000} {
 		w := newBenchWorld(b, n)
 		b.Run(fmt.Sprintf("at-rest/clients=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				w.clients.Signatures.Advance()
+				w.clients.Memory.Advance()
 				if d := bundle.Plan(w.gateway, w.root2, w.clients, w.timings, testNow); len(d.Events) != 0 {
 					b.Fatalf("a decision at rest has events: %v", d.Events)
 				}
@@ -135,7 +135,7 @@ func BenchmarkPlan(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("new-root/clients=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				w.clients.Signatures.Advance()
+				w.clients.Memory.Advance()
 				if d := bundle.Plan(w.gateway, w.root3, w.clients, w.timings, testNow); d.State.Root != w.root3.Fingerprint {
 					b.Fatal("the new root is not current")
 				}

@@ -20,7 +20,7 @@ type bond struct {
 	unknown        bool
 }
 
-func bondOf(sigs *Signatures, c *Client, root *x509.Certificate) bond {
+func bondOf(sigs *Memory, c *Client, root *x509.Certificate) bond {
 	if c.Unknown {
 		// Leaf and CA are nil by contract; were they not, they would be a
 		// stale view, not the credential the client loads.
@@ -72,7 +72,7 @@ func certsOf(c *Client) bondCerts {
 // eachBond calls f with each client of items and its bond to root, in
 // order, remembered across decisions (see memo.Bonds). A nil s remembers
 // nothing; a nil root bonds no client.
-func (s *Signatures) eachBond(items []Client, root *x509.Certificate, f func(c *Client, b bond)) {
+func (s *Memory) eachBond(items []Client, root *x509.Certificate, f func(c *Client, b bond)) {
 	switch {
 	case root == nil:
 		for i := range items {
@@ -92,7 +92,7 @@ func (s *Signatures) eachBond(items []Client, root *x509.Certificate, f func(c *
 
 // bondsTo returns the bonds kept for root, a root with the same bytes
 // counting as the same root, marked asked in this generation.
-func (s *Signatures) bondsTo(root *x509.Certificate) *memo.Table[bondCerts, bond] {
+func (s *Memory) bondsTo(root *x509.Certificate) *memo.Table[bondCerts, bond] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bonds.To(root, s.gen)

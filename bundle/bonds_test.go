@@ -12,7 +12,7 @@ import (
 	"github.com/dualca/dualca/test/lib/certs"
 )
 
-// TestBondsFollowTheClients: a Signatures kept across decisions remembers
+// TestBondsFollowTheClients: a Memory kept across decisions remembers
 // each client's bond to each root by the certificates it was computed from.
 // Whatever happens to the list between two decisions (a leaf renewed in
 // place, a ca.crt rewritten, the list reordered, clients added or removed, a new list, a root
@@ -63,7 +63,7 @@ func TestBondsFollowTheClients(t *testing.T) {
 	for i := range 12 {
 		items = append(items, client("ns/c"+string(rune('a'+i))))
 	}
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	now := testNow
 	for step := range 400 {
 		sigs.Advance()
@@ -94,7 +94,7 @@ func TestBondsFollowTheClients(t *testing.T) {
 		case 5:
 			now = now.Add(time.Duration(rng.IntN(30)) * time.Second)
 		}
-		remembered := bundle.Clients{Tracked: true, Items: items, Signatures: sigs}
+		remembered := bundle.Clients{Tracked: true, Items: items, Memory: sigs}
 		afresh := bundle.Clients{Tracked: true, Items: items}
 		for j, r := range roots {
 			root := r.Cert
@@ -133,8 +133,8 @@ func TestBondsAtRestComputeNothing(t *testing.T) {
 		}
 		items = append(items, newClient(t, "agent", issuer, old, current))
 	}
-	sigs := bundle.NewSignatures()
-	clients := bundle.Clients{Tracked: true, Items: items, Signatures: sigs}
+	sigs := bundle.NewMemory()
+	clients := bundle.Clients{Tracked: true, Items: items, Memory: sigs}
 	root := validRoot(t, current, testNow)
 	decide := func(gw bundle.Gateway) bundle.Decision {
 		sigs.Advance()
@@ -147,23 +147,23 @@ func TestBondsAtRestComputeNothing(t *testing.T) {
 	gw := written(decide(legacyCopy(t, old)))
 	d := decide(gw)
 	g.Expect(d.Roots).To(HaveLen(2), "the old root and the new one")
-	first := bundle.SignaturesComputed(sigs)
+	first := bundle.MemoryComputed(sigs)
 	g.Expect(first).To(BeNumerically(">=", uint64(2*len(items))), "each client against each root, once")
 
 	decide(written(d))
-	g.Expect(bundle.SignaturesComputed(sigs)).To(Equal(first), "at rest")
+	g.Expect(bundle.MemoryComputed(sigs)).To(Equal(first), "at rest")
 
 	// After any client change the cache lists afresh, in another order.
 	items = append([]bundle.Client(nil), items...)
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
 	clients.Items = items
 	decide(written(d))
-	g.Expect(bundle.SignaturesComputed(sigs)).To(Equal(first), "a new list of the same clients, in another order")
+	g.Expect(bundle.MemoryComputed(sigs)).To(Equal(first), "a new list of the same clients, in another order")
 
 	items[4] = newClient(t, "agent", current, current)
 	decide(written(d))
-	g.Expect(bundle.SignaturesComputed(sigs)-first).To(Equal(uint64(2)), "one renewal: its bonds to the two roots")
-	g.Expect(bundle.SignaturesBondRoots(sigs)).To(Equal(2))
+	g.Expect(bundle.MemoryComputed(sigs)-first).To(Equal(uint64(2)), "one renewal: its bonds to the two roots")
+	g.Expect(bundle.MemoryBondRoots(sigs)).To(Equal(2))
 
 	// A root no decision asks about any more is forgotten at the second
 	// generation without it.
@@ -171,12 +171,12 @@ func TestBondsAtRestComputeNothing(t *testing.T) {
 	clients.Using(current.Cert, testNow)
 	sigs.Advance()
 	clients.Using(current.Cert, testNow)
-	g.Expect(bundle.SignaturesBondRoots(sigs)).To(Equal(1))
+	g.Expect(bundle.MemoryBondRoots(sigs)).To(Equal(1))
 }
 
 // TestBondsTellAnUnknownClientFromAMissingSecret: an unknown client and a
 // client whose Secret is missing both come without leaf and ca.crt, but the
-// first uses every root and the second none. A Signatures kept across
+// first uses every root and the second none. A Memory kept across
 // decisions must not answer one with the other's bond, at the same position
 // of the list from one decision to the next, nor at a first decision (a
 // zero entry is a missing Secret's bond).
@@ -187,7 +187,7 @@ func TestBondsTellAnUnknownClientFromAMissingSecret(t *testing.T) {
 	onOld := newClient(t, "ns/on-old", old, old)
 	missing := bundle.Client{Name: "ns/x"}
 	unknown := bundle.Client{Name: "ns/x", Unknown: true}
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	for i, step := range []struct {
 		what      string
 		x         bundle.Client
@@ -202,7 +202,7 @@ func TestBondsTellAnUnknownClientFromAMissingSecret(t *testing.T) {
 	} {
 		sigs.Advance()
 		items := []bundle.Client{step.x, onOld}
-		remembered := bundle.Clients{Tracked: true, Items: items, Signatures: sigs}
+		remembered := bundle.Clients{Tracked: true, Items: items, Memory: sigs}
 		g.Expect(remembered.Using(old.Cert, testNow)).To(Equal(step.wantUsing), "step %d, %s: using the old root", i, step.what)
 		g.Expect(remembered.Using(current.Cert, testNow)).To(Equal(bundle.Clients{Items: items}.Using(current.Cert, testNow)),
 			"step %d, %s: using the current root", i, step.what)

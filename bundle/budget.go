@@ -97,7 +97,7 @@ func (p *planning) fit(kept []*x509.Certificate, cred *serverCredential, intact 
 	if why == "" {
 		return kept, ""
 	}
-	sigs := p.clients.Signatures
+	sigs := p.clients.Memory
 	var trimmed []*x509.Certificate
 	trimmable := p.trimmable(kept, cred)
 	for i := len(kept) - 1; i >= 0 && why != ""; i-- {
@@ -147,7 +147,7 @@ func (p *planning) grows(bundleBytes, credBytes int) bool {
 // if the server's chain runs through it, no client uses a root of the
 // chain but the current one.
 func (p *planning) trimmable(kept []*x509.Certificate, cred *serverCredential) []bool {
-	sigs := p.clients.Signatures
+	sigs := p.clients.Memory
 	used, onChain := make([]bool, len(kept)), make([]bool, len(kept))
 	chainInUse := false
 	for i, r := range kept {
@@ -164,7 +164,7 @@ func (p *planning) trimmable(kept []*x509.Certificate, cred *serverCredential) [
 
 // runsThrough reports whether the server chain runs through root: one of
 // its cross-certificates certifies root's key or was signed by root.
-func (s *serverCredential) runsThrough(root *x509.Certificate, sigs *Signatures) bool {
+func (s *serverCredential) runsThrough(root *x509.Certificate, sigs *Memory) bool {
 	return slices.ContainsFunc(s.crosses, func(c *x509.Certificate) bool {
 		return bytes.Equal(c.RawSubjectPublicKeyInfo, root.RawSubjectPublicKeyInfo) || sigs.ChainsTo(c, root)
 	})

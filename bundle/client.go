@@ -49,11 +49,11 @@ func (c Client) Uses(root *x509.Certificate, now time.Time) bool {
 	return c.uses(nil, root, now)
 }
 
-func (c Client) on(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
+func (c Client) on(sigs *Memory, root *x509.Certificate, now time.Time) bool {
 	return root != nil && bondOf(sigs, &c, root).on(&c, now)
 }
 
-func (c Client) uses(sigs *Signatures, root *x509.Certificate, now time.Time) bool {
+func (c Client) uses(sigs *Memory, root *x509.Certificate, now time.Time) bool {
 	return root != nil && bondOf(sigs, &c, root).uses(&c, now)
 }
 
@@ -64,11 +64,11 @@ type Clients struct {
 	// server switches only when the grace period ends.
 	Tracked bool
 	Items   []Client
-	// Signatures remembers the signature checks of the decisions made over
+	// Memory remembers the signature checks of the decisions made over
 	// these clients. The syncer keeps one for as long as it runs, so that a
 	// reconcile at rest checks no signature again; nil, a decision checks
 	// afresh, remembering only within itself.
-	Signatures *Signatures
+	Memory *Memory
 }
 
 // Using counts the selected clients whose unexpired leaf chains to root,
@@ -76,7 +76,7 @@ type Clients struct {
 // trust it.
 func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 	n := 0
-	c.Signatures.eachBond(c.Items, root, func(cl *Client, b bond) {
+	c.Memory.eachBond(c.Items, root, func(cl *Client, b bond) {
 		if b.uses(cl, now) {
 			n++
 		}
@@ -89,7 +89,7 @@ func (c Clients) Using(root *x509.Certificate, now time.Time) int {
 // and an Unknown client is never renewed.
 func CountProgress(clients Clients, root *x509.Certificate, now time.Time) Progress {
 	var p Progress
-	clients.Signatures.eachBond(clients.Items, root, func(c *Client, b bond) {
+	clients.Memory.eachBond(clients.Items, root, func(c *Client, b bond) {
 		switch {
 		case b.on(c, now):
 			p.Renewed++
@@ -200,7 +200,7 @@ func (l *ClientLeaf) VerifiedBy(ca []*x509.Certificate) (*ClientLeaf, string) {
 // are digests; of its signature it keeps only the key that verified it,
 // when one did as it was read (its own ca.crt's root, for a client as
 // cert-manager issues it): the signature then verifies under a root of
-// the same key and no other (see Signatures), so the signed bytes are of
+// the same key and no other (see Memory), so the signed bytes are of
 // no more use. A leaf no key verified keeps them, to be checked against
 // the roots asked about. Anything else a decision reads of a client's
 // leaf must be added here. It is never modified once made, so it may be

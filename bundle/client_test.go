@@ -101,7 +101,7 @@ func TestClientsUsing(t *testing.T) {
 		"an expired leaf and a missing Secret use no root": {
 			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{expired, missing}}, root: r1.Cert, want: 0},
 		"the count is the same with the checks remembered": {
-			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{onR1, onR2, movingToR2, expired}, Signatures: bundle.NewSignatures()},
+			clients: bundle.Clients{Tracked: true, Items: []bundle.Client{onR1, onR2, movingToR2, expired}, Memory: bundle.NewMemory()},
 			root:    r1.Cert, want: 2},
 	}
 	for name, tc := range tests {
@@ -139,7 +139,7 @@ func TestClientLeafChainsAsItsCertificate(t *testing.T) {
 	for _, c := range []*x509.Certificate{leaf, foreignLeaf} {
 		for vi, verifiers := range [][]*x509.Certificate{nil, {root.Cert}, {renewed}, {other, root.Cert}, {noCertSign}} {
 			l := bundle.NewClientLeaf(c, verifiers)
-			for _, sigs := range []*bundle.Signatures{nil, bundle.NewSignatures()} {
+			for _, sigs := range []*bundle.Memory{nil, bundle.NewMemory()} {
 				for turn := range 2 {
 					for ri, r := range roots {
 						g.Expect(sigs.LeafChainsTo(l, r)).To(Equal(bundle.ChainsTo(c, r)),

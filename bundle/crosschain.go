@@ -40,7 +40,7 @@ import (
 // only on the certificates, never on when they were made, so the same
 // credential is written again byte for byte.
 func (p *planning) crossChain(server *x509.Certificate, found, kept []*x509.Certificate) []*x509.Certificate {
-	if p.clients.Signatures.fingerprint(server) == p.root.Fingerprint {
+	if p.clients.Memory.fingerprint(server) == p.root.Fingerprint {
 		return nil
 	}
 	x := newCrossing(p, found, kept)
@@ -79,7 +79,7 @@ func newCrossing(p *planning, found, kept []*x509.Certificate) *crossing {
 	x := &crossing{p: p, kept: kept, fp: make(map[*x509.Certificate]string, len(kept)), age: make(map[string]int, len(kept)),
 		links: make(map[string][]link, len(kept))}
 	for i, k := range kept {
-		x.fp[k] = p.clients.Signatures.fingerprint(k)
+		x.fp[k] = p.clients.Memory.fingerprint(k)
 		x.age[x.fp[k]] = i
 	}
 	for _, c := range found {
@@ -108,7 +108,7 @@ func (x *crossing) crossSigner(c, node *x509.Certificate) *x509.Certificate {
 		if len(c.AuthorityKeyId) > 0 && len(r.SubjectKeyId) > 0 && !bytes.Equal(c.AuthorityKeyId, r.SubjectKeyId) {
 			continue
 		}
-		if x.fp[r] != x.fp[node] && x.p.clients.Signatures.ChainsTo(c, r) {
+		if x.fp[r] != x.fp[node] && x.p.clients.Memory.ChainsTo(c, r) {
 			return r
 		}
 	}
@@ -120,7 +120,7 @@ func (x *crossing) fingerprint(c *x509.Certificate) string {
 	if fp, ok := x.fp[c]; ok {
 		return fp
 	}
-	return x.p.clients.Signatures.fingerprint(c)
+	return x.p.clients.Memory.fingerprint(c)
 }
 
 // path is the longest path of links from server to the current root among

@@ -11,10 +11,10 @@
 //     Secret, client Secrets as cert-manager writes them, and the state
 //     recorded in the gateway Secret's annotations.
 //   - The trust set (set.go, trust.go): fingerprints, chain checks (with
-//     Signatures to remember them), and a canonical, deterministic ordering
+//     Memory to remember them), and a canonical, deterministic ordering
 //     and encoding of the roots in ca.crt, so that the gateway reloads only
 //     when the set really changes. What decisions remember from one
-//     reconcile to the next (Signatures, Parsed) is kept by the types of
+//     reconcile to the next (Memory, Parsed) is kept by the types of
 //     bundle/internal/memo, whose doc says what identifies an entry and
 //     what a hit promises.
 //   - The server credential (server.go, crosschain.go): a leaf issued from

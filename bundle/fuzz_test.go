@@ -813,7 +813,7 @@ func FuzzClientLeaf(f *testing.F) {
 	for _, seed := range truncations(leaf.CertPEM) {
 		f.Add(seed)
 	}
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	f.Fuzz(func(t *testing.T, tlsCrt []byte) {
 		kept, problem := bundle.ParseClientLeaf(tlsCrt, []*x509.Certificate{root.Cert})
 		read, readProblem := bundle.ReadClientLeaf(tlsCrt)
@@ -834,7 +834,7 @@ func FuzzClientLeaf(f *testing.F) {
 		for i, r := range roots {
 			want := bundle.ChainsTo(whole[0], r)
 			for _, l := range []*bundle.ClientLeaf{kept, read} {
-				for _, s := range []*bundle.Signatures{nil, sigs} {
+				for _, s := range []*bundle.Memory{nil, sigs} {
 					if got := s.LeafChainsTo(l, r); got != want {
 						t.Fatalf("root %d: the leaf kept (verified %t, remembered %t) chains: %t, the certificate: %t", i, l.Verified(), s != nil, got, want)
 					}

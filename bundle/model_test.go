@@ -68,7 +68,7 @@ type model struct {
 	// decision.
 	current map[string]int
 	// signatures is what the syncer keeps for as long as it runs.
-	signatures *bundle.Signatures
+	signatures *bundle.Memory
 	// counters, to show the histories reached what they should
 	switches, forced, retired, renewals int
 	// hidden clients: the decisions made with one in view, those where a
@@ -142,7 +142,7 @@ func newModel(t *testing.T, seed uint64) *model {
 		current: map[string]int{},
 		trace:   []string{fmt.Sprintf("seed %d (-model.seed=%d -model.histories=1 replays it)", seed, seed)},
 
-		signatures: bundle.NewSignatures(),
+		signatures: bundle.NewMemory(),
 	}
 	m.setProfile(m.randomProfile())
 	m.rotate()
@@ -234,7 +234,7 @@ func (m *model) issue(c *modelClient) {
 }
 
 func (m *model) clientView() bundle.Clients {
-	cs := bundle.Clients{Tracked: m.tracked, Signatures: m.signatures}
+	cs := bundle.Clients{Tracked: m.tracked, Memory: m.signatures}
 	if !m.tracked {
 		return cs
 	}

@@ -60,7 +60,7 @@ type Moment struct {
 // hence the second added to the expiry moments. Its first moment is
 // Decision.NextCheck.
 func upcoming(st State, server *x509.Certificate, cred *serverCredential, kept []*x509.Certificate, clients Clients, t Timings, now time.Time, paused bool) []Moment {
-	serverFP, rootFP := clients.Signatures.fingerprint(server), st.Root
+	serverFP, rootFP := clients.Memory.fingerprint(server), st.Root
 	moments := []Moment{{st.RootAddedAt.Add(t.TrustPropagationDelay), StepRenewalsStart, rootFP}}
 	if st.Server != st.Root {
 		// A server on the current root has nowhere to switch to.
@@ -94,7 +94,7 @@ func upcoming(st State, server *x509.Certificate, cred *serverCredential, kept [
 		moments = append(moments, Moment{first, StepLeafExpiry, ""})
 	}
 	for _, c := range kept {
-		fp := clients.Signatures.fingerprint(c)
+		fp := clients.Memory.fingerprint(c)
 		moments = append(moments, Moment{c.NotBefore, StepRootValid, fp}, Moment{c.NotAfter.Add(time.Second), StepRootExpiry, fp})
 	}
 	moments = slices.DeleteFunc(moments, func(m Moment) bool { return !m.At.After(now) })

@@ -35,7 +35,7 @@ func pileUp(tb testing.TB, n, clients int, life time.Duration) (bundle.Gateway, 
 		at := testNow.Add(time.Duration(i-n) * time.Minute)
 		cas = append(cas, certs.MustNew(tb, "agents-root-ca", at, at.Add(life), certs.Options{IsCA: true}, nil))
 	}
-	cl := bundle.Clients{Tracked: true, Signatures: bundle.NewSignatures()}
+	cl := bundle.Clients{Tracked: true, Memory: bundle.NewMemory()}
 	stuck := func(name string, r *certs.CA) {
 		leaf := certs.MustNew(tb, "client", r.Cert.NotBefore, testNow.Add(100*time.Hour), certs.Options{}, r)
 		cl.Items = append(cl.Items, bundle.Client{Name: name, Leaf: bundle.NewClientLeaf(leaf.Cert, []*x509.Certificate{r.Cert}), CA: []*x509.Certificate{r.Cert}})

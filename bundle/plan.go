@@ -106,7 +106,7 @@ func Plan(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) Dec
 	cred := p.credential(found, serverRoot, kept)
 	kept, refused := p.fit(kept, cred, intact)
 	if refused != "" {
-		st.Server = p.clients.Signatures.fingerprint(serverRoot)
+		st.Server = p.clients.Memory.fingerprint(serverRoot)
 		return p.refuse(refused, upcoming(st, serverRoot, cred, kept, p.clients, p.t, p.now, p.paused))
 	}
 	caPEM := gw.Parsed.encode(kept)
@@ -140,20 +140,20 @@ type planning struct {
 
 func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Time) *planning {
 	now = now.UTC()
-	if clients.Signatures == nil {
+	if clients.Memory == nil {
 		// The same leaf is checked against the same root by several rules.
-		clients.Signatures = NewSignatures()
+		clients.Memory = NewMemory()
 	}
 	return &planning{gw: gw, root: root, clients: clients, t: t, now: now, stamp: stamp(now),
 		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now),
-		known: newProvenance(gw.Known, root, clients.Signatures)}
+		known: newProvenance(gw.Known, root, clients.Memory)}
 }
 
 func (p *planning) emit(e Event) { p.events = append(p.events, e) }
 
 // decision is the gateway Secret the rules arrived at, its state recorded.
 func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *serverCredential, kept []*x509.Certificate, caPEM []byte) Decision {
-	sigs := p.clients.Signatures
+	sigs := p.clients.Memory
 	st.Server = sigs.fingerprint(serverRoot)
 	st.BundleHash = p.gw.Parsed.hash(caPEM)
 	for _, c := range kept {

@@ -31,7 +31,7 @@ const MaxKnown = 64
 // provenance is the set of roots read from the root Secret, by fingerprint.
 type provenance map[string]bool
 
-func newProvenance(known []*x509.Certificate, root *Root, sigs *Signatures) provenance {
+func newProvenance(known []*x509.Certificate, root *Root, sigs *Memory) provenance {
 	p := make(provenance, len(known)+1)
 	for _, c := range known {
 		p[sigs.fingerprint(c)] = true
@@ -42,7 +42,7 @@ func newProvenance(known []*x509.Certificate, root *Root, sigs *Signatures) prov
 
 // from reports whether c was read from the root Secret.
 func (p *planning) fromRootSecret(c *x509.Certificate) bool {
-	return p.known[p.clients.Signatures.fingerprint(c)]
+	return p.known[p.clients.Memory.fingerprint(c)]
 }
 
 // readFromRoot keeps the roots of found that were read from the root

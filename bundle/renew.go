@@ -28,7 +28,7 @@ func (p *planning) renewals(phase Phase) []string {
 // due lists the clients not yet on root, in a stable order.
 func due(clients Clients, root *x509.Certificate, now time.Time) []string {
 	var names []string
-	clients.Signatures.eachBond(clients.Items, root, func(c *Client, b bond) {
+	clients.Memory.eachBond(clients.Items, root, func(c *Client, b bond) {
 		if !b.on(c, now) {
 			names = append(names, c.Name)
 		}

@@ -39,7 +39,7 @@ func repairedRoots(gw Gateway, clients Clients) []*x509.Certificate {
 // dualca recorded: one replaced by hand is not dualca's credential. nil
 // means the server must be replaced (see decideSwitch).
 func (p *planning) recordedServer(trusted []*x509.Certificate) *serverCredential {
-	found := readServer(p.gw, append(trusted, p.root.Cert), p.clients.Signatures)
+	found := readServer(p.gw, append(trusted, p.root.Cert), p.clients.Memory)
 	if found != nil && found.selfSigned && !p.fromRootSecret(found.root) {
 		// A CA with its key in tls.crt that dualca never read from the
 		// root Secret: issuing from it, or cross-signing it, would lend

@@ -40,7 +40,7 @@ type retirement struct {
 func splitRetired(candidates []*x509.Certificate, current, server *x509.Certificate, mayRetireUnused bool, clients Clients, now time.Time) ([]*x509.Certificate, []retirement) {
 	var keep []*x509.Certificate
 	var gone []retirement
-	sigs := clients.Signatures
+	sigs := clients.Memory
 	currentFP, serverFP := sigs.fingerprint(current), sigs.fingerprint(server)
 	switched := serverFP == currentFP
 	for _, c := range sigs.trustSet(candidates, time.Time{}) {

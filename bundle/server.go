@@ -73,7 +73,7 @@ func (p *planning) credential(found *serverCredential, serverRoot *x509.Certific
 			keyPEM = s.keyPEM
 		}
 		s = p.issue(s, serverRoot, keyPEM, "")
-	case p.clients.Signatures.fingerprint(serverRoot) == p.root.Fingerprint:
+	case p.clients.Memory.fingerprint(serverRoot) == p.root.Fingerprint:
 		if why := reissueWhy(s.leaf, serverRoot, p.t.Server, p.now); why != "" {
 			s = p.issue(s, serverRoot, p.root.KeyPEM, why)
 		}
@@ -129,7 +129,7 @@ func (p *planning) warnExpiring(s *serverCredential) {
 // form) or is signed by one of roots, the recorded server root if it is one
 // of them. Cross-certificates are kept when they certify the server root and
 // are signed by one of roots. nil means there is no usable credential.
-func readServer(gw Gateway, roots []*x509.Certificate, sigs *Signatures) *serverCredential {
+func readServer(gw Gateway, roots []*x509.Certificate, sigs *Memory) *serverCredential {
 	// As strict as KeyMatches, parsing tls.crt once: a chain of many links
 	// is read at every reconcile.
 	certs, err := gw.Parsed.certificates("tls.crt", gw.CertPEM)

@@ -32,12 +32,12 @@ func Fingerprint(c *x509.Certificate) string {
 // bytes and the gateway reloads only on real changes. Nil entries are
 // dropped. It does not modify its input slice.
 func Normalize(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
-	var none *Signatures
+	var none *Memory
 	return none.trustSet(certs, now)
 }
 
 // trustSet is Normalize, the fingerprints remembered.
-func (s *Signatures) trustSet(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
+func (s *Memory) trustSet(certs []*x509.Certificate, now time.Time) []*x509.Certificate {
 	type entry struct {
 		cert *x509.Certificate
 		fp   string
@@ -76,20 +76,20 @@ func (s *Signatures) trustSet(certs []*x509.Certificate, now time.Time) []*x509.
 // signature verifies with root's key. Checking the signature, not just the
 // name, matters because a re-issued root usually keeps its subject name.
 // It remembers nothing: a caller that asks about the same certificates
-// again and again keeps a Signatures and asks it instead.
+// again and again keeps a Memory and asks it instead.
 func ChainsTo(leaf, root *x509.Certificate) bool {
-	var none *Signatures
+	var none *Memory
 	return none.ChainsTo(leaf, root)
 }
 
-// Signatures is what decisions remember about certificates from one
+// Memory is what decisions remember about certificates from one
 // reconcile to the next: each question a decision asks of it is a pure
 // function of the certificates' bytes, so an answer never goes stale (see
 // package memo for the identity of each key). Whoever decides repeatedly
 // (the syncer, for as long as it runs) keeps one, hands it to the decisions
 // in Clients and calls Advance before each, so that what the decisions
 // stopped asking about (a leaf replaced by a renewal, a retired root) is
-// forgotten. It is safe for concurrent use; a nil *Signatures checks every
+// forgotten. It is safe for concurrent use; a nil *Memory checks every
 // time and remembers nothing.
 //
 // It remembers five things, one part each:
@@ -115,7 +115,7 @@ func ChainsTo(leaf, root *x509.Certificate) bool {
 //     of the verdicts' keys.
 //   - bonds: each client's bond to each root asked about (bonds.go), what
 //     survives from one reconcile to the next.
-type Signatures struct {
+type Memory struct {
 	mu       sync.Mutex // guards all but what a bond table guards itself
 	gen      uint64     // the generation (see Advance)
 	verdicts memo.Verdicts
@@ -125,17 +125,17 @@ type Signatures struct {
 	bonds    memo.Bonds[bondCerts, bond]
 }
 
-// NewSignatures returns an empty Signatures.
-func NewSignatures() *Signatures {
-	return &Signatures{}
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory {
+	return &Memory{}
 }
 
 // Advance starts a generation: what was not asked about in it or in the one
-// before leaves at the next sweep, so a Signatures holds what the decisions
+// before leaves at the next sweep, so a Memory holds what the decisions
 // use now (the leaves clients present, the roots and cross-certificates the
 // gateway holds), not every certificate it ever saw. Whoever decides
 // repeatedly calls it once per decision: the syncer, at each reconcile.
-func (s *Signatures) Advance() {
+func (s *Memory) Advance() {
 	if s == nil {
 		return
 	}
@@ -150,7 +150,7 @@ func (s *Signatures) Advance() {
 }
 
 // ChainsTo is the package's ChainsTo, with the signature check remembered.
-func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
+func (s *Memory) ChainsTo(leaf, root *x509.Certificate) bool {
 	if leaf == nil || root == nil {
 		return false
 	}
@@ -171,7 +171,7 @@ func (s *Signatures) ChainsTo(leaf, root *x509.Certificate) bool {
 // verified as it was read is answered from the key that verified it, with
 // no signature check; an unverified one is checked, and remembered as
 // ChainsTo remembers.
-func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool {
+func (s *Memory) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool {
 	if leaf == nil || root == nil {
 		return false
 	}
@@ -200,7 +200,7 @@ func (s *Signatures) LeafChainsTo(leaf *ClientLeaf, root *x509.Certificate) bool
 // check returns the verdict on pair, whose signer's key has the digest
 // key, calling verify only when neither the verdicts nor the signers
 // answer it, and remembers what it found.
-func (s *Signatures) check(pair memo.Pair, key [sha256.Size]byte, verify func() bool) bool {
+func (s *Memory) check(pair memo.Pair, key [sha256.Size]byte, verify func() bool) bool {
 	s.mu.Lock()
 	if ok, found := s.verdicts.Get(pair, s.gen); found {
 		s.mu.Unlock()
@@ -220,7 +220,7 @@ func (s *Signatures) check(pair memo.Pair, key [sha256.Size]byte, verify func() 
 
 // fingerprint is Fingerprint, remembered by address; a nil s remembers
 // nothing.
-func (s *Signatures) fingerprint(c *x509.Certificate) string {
+func (s *Memory) fingerprint(c *x509.Certificate) string {
 	if s == nil || c == nil {
 		return Fingerprint(c)
 	}
@@ -231,7 +231,7 @@ func (s *Signatures) fingerprint(c *x509.Certificate) string {
 
 // verify is ChainsTo's signature check, answered from this generation's
 // answers, then from the verdicts and signers.
-func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
+func (s *Memory) verify(leaf, root *x509.Certificate) bool {
 	s.mu.Lock()
 	if ok, found := s.answers.Get(leaf, root); found {
 		s.mu.Unlock()
@@ -248,7 +248,7 @@ func (s *Signatures) verify(leaf, root *x509.Certificate) bool {
 }
 
 // size is how many pairs and certificates s remembers.
-func (s *Signatures) size() (pairs, certificates int) {
+func (s *Memory) size() (pairs, certificates int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.verdicts.Len(), s.digests.Len()

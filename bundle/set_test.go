@@ -204,28 +204,28 @@ func TestChainsTo(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
 			g.Expect(bundle.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want))
-			// A Signatures gives the same answer, the first time and when it
+			// A Memory gives the same answer, the first time and when it
 			// remembers it; a nil one and an empty one check afresh.
-			sigs := bundle.NewSignatures()
+			sigs := bundle.NewMemory()
 			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "checked")
 			g.Expect(sigs.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "remembered")
-			var none *bundle.Signatures
-			g.Expect(none.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "a nil Signatures")
-			g.Expect(new(bundle.Signatures).ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "an empty Signatures")
+			var none *bundle.Memory
+			g.Expect(none.ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "a nil Memory")
+			g.Expect(new(bundle.Memory).ChainsTo(tc.leaf, tc.root)).To(Equal(tc.want), "an empty Memory")
 		})
 	}
 }
 
-// TestSignaturesRememberPerPair: a check remembered for one pair of
+// TestMemoryRemembersPerPair: a check remembered for one pair of
 // certificates never answers for another, whatever their names share.
-func TestSignaturesRememberPerPair(t *testing.T) {
+func TestMemoryRemembersPerPair(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	root := newRoot(t, "dualca root")
 	reissued := newRoot(t, "dualca root") // same subject name, new key
 	child := newCert(t, "gateway.example.com", certs.Options{}, root)
 	childOfReissued := newCert(t, "gateway.example.com", certs.Options{}, reissued)
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	for range 2 {
 		g.Expect(sigs.ChainsTo(child.Cert, root.Cert)).To(BeTrue())
 		g.Expect(sigs.ChainsTo(child.Cert, reissued.Cert)).To(BeFalse())
@@ -234,11 +234,11 @@ func TestSignaturesRememberPerPair(t *testing.T) {
 	}
 }
 
-// TestSignaturesRememberTheKeyThatSigned: once a certificate verified under
+// TestMemoryRemembersTheKeyThatSigned: once a certificate verified under
 // one key, roots with another key are answered without a check, and a root
 // renewed with the same key still verifies it, in whichever order they
 // are asked about.
-func TestSignaturesRememberTheKeyThatSigned(t *testing.T) {
+func TestMemoryRemembersTheKeyThatSigned(t *testing.T) {
 	t.Parallel()
 	root := newRoot(t, "dualca root")
 	sameKey := newCert(t, "dualca root", certs.Options{IsCA: true, Key: root.Key}, nil) // renewed, key kept
@@ -254,7 +254,7 @@ func TestSignaturesRememberTheKeyThatSigned(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			sigs := bundle.NewSignatures()
+			sigs := bundle.NewMemory()
 			for range 2 {
 				for _, r := range order {
 					g.Expect(sigs.ChainsTo(leaf.Cert, r.Cert)).To(Equal(r != other), "root with the signing key: %v", r != other)
@@ -264,12 +264,12 @@ func TestSignaturesRememberTheKeyThatSigned(t *testing.T) {
 	}
 }
 
-// TestSignaturesForgetWhatNoDecisionAsksAbout: a syncer runs for months,
+// TestMemoryForgetsWhatNoDecisionAsksAbout: a syncer runs for months,
 // and every rotation replaces every client's leaf and brings a root. A
-// Signatures that starts a generation before each decision holds what the
+// Memory that starts a generation before each decision holds what the
 // last decisions asked about, a few times over, not every leaf it ever
 // checked; and it still answers right after forgetting.
-func TestSignaturesForgetWhatNoDecisionAsksAbout(t *testing.T) {
+func TestMemoryForgetsWhatNoDecisionAsksAbout(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	rng := rand.New(rand.NewPCG(15, 60))
@@ -286,7 +286,7 @@ func TestSignaturesForgetWhatNoDecisionAsksAbout(t *testing.T) {
 	}
 	// What one decision asks about: every leaf against every root.
 	workingPairs, workingCerts := clients*len(roots), clients+len(roots)
-	sigs := bundle.NewSignatures()
+	sigs := bundle.NewMemory()
 	asked := 0
 	for d := range decisions {
 		sigs.Advance()
@@ -299,10 +299,10 @@ func TestSignaturesForgetWhatNoDecisionAsksAbout(t *testing.T) {
 				asked++
 			}
 		}
-		pairs, certificates := bundle.SignaturesSize(sigs)
+		pairs, certificates := bundle.MemorySize(sigs)
 		g.Expect(pairs).To(BeNumerically("<=", 3*workingPairs+bundle.MinSweep), "decision %d: pairs remembered", d)
 		g.Expect(certificates).To(BeNumerically("<=", 3*workingCerts+bundle.MinSweep), "decision %d: certificates remembered", d)
-		g.Expect(bundle.SignaturesAsked(sigs)).To(BeNumerically("<=", workingPairs), "decision %d: answers kept for the generation", d)
+		g.Expect(bundle.MemoryAsked(sigs)).To(BeNumerically("<=", workingPairs), "decision %d: answers kept for the generation", d)
 	}
 	// The run asked about far more than the bound: without forgetting, the
 	// bound would not have held.

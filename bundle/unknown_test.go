@@ -216,8 +216,8 @@ func TestAnUnknownClientUsesEveryRootAndIsOnNone(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			for _, sigs := range []*bundle.Signatures{nil, bundle.NewSignatures()} {
-				clients := bundle.Clients{Tracked: true, Items: tc.items, Signatures: sigs}
+			for _, sigs := range []*bundle.Memory{nil, bundle.NewMemory()} {
+				clients := bundle.Clients{Tracked: true, Items: tc.items, Memory: sigs}
 				remembered := sigs != nil
 				g.Expect(clients.Using(tc.root, testNow)).To(Equal(tc.wantUsing), "using, remembered %v", remembered)
 				g.Expect(bundle.CountProgress(clients, tc.root, testNow)).To(Equal(tc.wantProgress), "progress, remembered %v", remembered)

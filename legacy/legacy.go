@@ -58,14 +58,14 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time
 				c.Leaf = nil
 			}
 			switch {
-			case c.Leaf != nil && clients.Signatures.LeafChainsTo(c.Leaf, root.Cert):
+			case c.Leaf != nil && clients.Memory.LeafChainsTo(c.Leaf, root.Cert):
 				p.Renewed++
 			case c.Failed:
 				p.Failed++
 			default:
 				p.Pending++
 			}
-			if c.Leaf != nil && !clients.Signatures.LeafChainsTo(c.Leaf, root.Cert) {
+			if c.Leaf != nil && !clients.Memory.LeafChainsTo(c.Leaf, root.Cert) {
 				d.Renew = append(d.Renew, c.Name)
 			}
 		}

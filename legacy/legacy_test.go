@@ -229,8 +229,8 @@ func TestPlanNeverDeletesWhatItCannotSee(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			for _, sigs := range []*bundle.Signatures{nil, bundle.NewSignatures()} {
-				clients := bundle.Clients{Tracked: true, Items: tc.items, Signatures: sigs}
+			for _, sigs := range []*bundle.Memory{nil, bundle.NewMemory()} {
+				clients := bundle.Clients{Tracked: true, Items: tc.items, Memory: sigs}
 				d := legacy.Plan(bundle.Gateway{}, lgRoot(t, r2, r2.CertPEM), clients, lgNow)
 				if len(tc.wantRenew) == 0 {
 					g.Expect(d.Renew).To(BeEmpty(), "the secrets to delete")

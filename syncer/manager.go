@@ -180,7 +180,7 @@ func newReconciler(mgr ctrl.Manager, o Options, c caches) *reconciler {
 		report: &reporter{recorder: mgr.GetEventRecorder("dualca"), metrics: o.Metrics, strategy: strategy,
 			rootKey: o.RootSecret, qps: o.RenewalQPS, gateway: store.current, roots: rootWatch{metrics: o.Metrics}},
 		ready:      &readiness{},
-		signatures: bundle.NewSignatures(),
+		signatures: bundle.NewMemory(),
 		clock:      o.Clock,
 		poll:       o.PollInterval,
 		key:        o.Anchor(),

@@ -53,7 +53,7 @@ func newPollFixture(t *testing.T, get func(client.ObjectKey) error) *pollFixture
 		parsed: bundle.NewParsed(), record: &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}, api: f.api, writer: f.api}}
 	m := NewMetrics()
 	f.r = &reconciler{store: f.store, strategy: &zeroDowntime{timings: f.rt.timings, clock: f.clk}, clock: f.clk,
-		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewSignatures()}
+		report: &reporter{metrics: m, roots: rootWatch{metrics: m}}, signatures: bundle.NewMemory()}
 	return f
 }
 

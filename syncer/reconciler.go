@@ -36,7 +36,7 @@ type reconciler struct {
 	// roots of one CA share their subject, so without it each reconcile
 	// cost a public-key operation per pair. Each reconcile starts a
 	// generation of it, so it holds what the decisions use now.
-	signatures *bundle.Signatures
+	signatures *bundle.Memory
 	// took is how long the last reconcile ran, in nanoseconds: client
 	// events wait in proportion to it (see clientEventWait).
 	took atomic.Int64
@@ -122,7 +122,7 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 			return p, err
 		}
 	}
-	p.clients.Signatures = r.signatures
+	p.clients.Memory = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
 	if p.written, err = r.store.write(ctx, gateway, p.decision, root); err != nil {
 		return p, err

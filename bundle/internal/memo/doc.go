@@ -33,7 +33,7 @@
 // # Lifetime and bounds
 //
 // Whoever decides repeatedly starts a generation before each decision
-// (bundle.Signatures.Advance). Recent, which Digests, Verdicts and Signers
+// (bundle.Memory.Advance). Recent, which Digests, Verdicts and Signers
 // are built on, forgets what was not used in the current generation or
 // the one before, at a sweep that runs when it has doubled; Answers holds
 // one generation only; Tables forgets the roots not asked about for a
@@ -45,7 +45,7 @@
 // # Concurrency
 //
 // Recent, Digests, Verdicts, Signers, Answers and Bonds are not safe for
-// concurrent use: their owner (bundle.Signatures) holds one lock over them
+// concurrent use: their owner (bundle.Memory) holds one lock over them
 // all. A Table, and PEM, lock themselves, since their work (a bond per
 // client, a parse) runs outside the owner's lock.
 package memo

@@ -43,7 +43,7 @@ func (v *Verdicts) Len() int { return v.m.Len() }
 
 // Signers remembers, by a certificate's Raw digest, the digest of the key
 // that verified its signature: a signature verified by one key need not
-// be checked against another (see bundle.Signatures for why that holds).
+// be checked against another (see bundle.Memory for why that holds).
 type Signers struct {
 	m Recent[[sha256.Size]byte, [sha256.Size]byte]
 }
