@@ -83,10 +83,19 @@ func (s *Memory) eachBond(items []Client, root *x509.Certificate, f func(c *Clie
 			f(&items[i], bondOf(nil, &items[i], root))
 		}
 	default:
-		s.bondsTo(root).Each(len(items),
-			func(i int) bondCerts { return certsOf(&items[i]) },
-			func(i int) bond { return bondOf(s, &items[i], root) },
-			func(i int, b bond) { f(&items[i], b) })
+		t := s.bondsTo(root)
+		t.Begin(len(items))
+		defer t.End()
+		for i := range items {
+			c := &items[i]
+			k := certsOf(c)
+			b, ok := t.At(i, k)
+			if !ok {
+				b = bondOf(s, c, root)
+				t.Put(i, k, b)
+			}
+			f(c, b)
+		}
 	}
 }
 
