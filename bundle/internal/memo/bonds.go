@@ -78,27 +78,10 @@ type entry[K comparable, B any] struct {
 	set bool
 }
 
-// Each calls f with the index and the B of each of n items in order:
-// keyOf names what item i's B is computed from, and compute computes it
-// when no entry holds it. It is Begin, At and Put for each item, and End.
-func (t *Table[K, B]) Each(n int, keyOf func(i int) K, compute func(i int) B, f func(i int, b B)) {
-	t.Begin(n)
-	defer t.End()
-	for i := range n {
-		k := keyOf(i)
-		b, ok := t.At(i, k)
-		if !ok {
-			b = compute(i)
-			t.Put(i, k, b)
-		}
-		f(i, b)
-	}
-}
-
 // Begin starts a pass over a list of n items: it locks t until End. In
-// between, At and Put take the items by position, each at most once. A
-// caller's own loop over them spares the three calls per item that Each
-// makes through its functions, the cost of a pass over fifty thousand.
+// between, At and Put take the items by position, each at most once. The
+// caller loops over the items itself: a call through a function value per
+// item was the cost of a pass over fifty thousand.
 func (t *Table[K, B]) Begin(n int) {
 	t.mu.Lock()
 	if len(t.entries) != n {

@@ -52,7 +52,7 @@ func TestATableComputesEachKeyOnce(t *testing.T) {
 	computed := map[string]int{}
 	each := func(keys ...string) []int {
 		var got []int
-		b.To(root, 1).Each(len(keys), func(i int) string { return keys[i] },
+		each(b.To(root, 1), len(keys), func(i int) string { return keys[i] },
 			func(i int) int { computed[keys[i]]++; return len(keys[i]) },
 			func(_ int, v int) { got = append(got, v) })
 		return got
@@ -102,4 +102,20 @@ func TestPEMParsesOnceAndGivesBackACopy(t *testing.T) {
 	m.Hash("a", []byte("pem"), hash)
 	m.Hash("a", []byte("unknown"), hash)
 	g.Expect(hashes).To(Equal(2), "remembered for what is remembered only")
+}
+
+// each is a pass over n items as a caller makes it: f gets item i's B,
+// computed by compute when t keeps none for keyOf(i).
+func each[K comparable, B any](t *Table[K, B], n int, keyOf func(i int) K, compute func(i int) B, f func(i int, b B)) {
+	t.Begin(n)
+	defer t.End()
+	for i := range n {
+		k := keyOf(i)
+		b, ok := t.At(i, k)
+		if !ok {
+			b = compute(i)
+			t.Put(i, k, b)
+		}
+		f(i, b)
+	}
 }
