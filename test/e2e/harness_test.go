@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	// cert-manager's, not dualca's: counted so that a run shows them.
 	fmt.Printf("cert-manager issuances that failed and were triggered again by the harness: %d\n", c.Retriggers())
+	fmt.Printf("cert-manager issuances beyond the one a rotation triggered: %d\n", c.Reissues())
 	if err := c.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
 	}
@@ -232,9 +233,19 @@ func (s *scenario) startTrafficWithGatewayLag(lag time.Duration) {
 // rotate makes cert-manager issue a new root and returns it.
 func (s *scenario) rotate() *x509.Certificate {
 	s.t.Helper()
-	r, err := s.c.RotateRoot(s.ctx, s.ns, rootName)
+	return s.rotateThrough().Root
+}
+
+// rotateThrough is rotate that also returns the roots cert-manager issued
+// on the way, if it issued more than once (cluster.Rotation).
+func (s *scenario) rotateThrough() cluster.Rotation {
+	s.t.Helper()
+	r, err := s.c.RotateRootThrough(s.ctx, s.ns, rootName)
 	s.g.Expect(err).NotTo(HaveOccurred())
-	s.t.Logf("%s: root rotated to %s", s.ns, bundle.Short(bundle.Fingerprint(r)))
+	s.t.Logf("%s: root rotated to %s", s.ns, bundle.Short(bundle.Fingerprint(r.Root)))
+	for _, p := range r.Passed {
+		s.t.Logf("%s: cert-manager issued twice for the one trigger; the root Secret held %s on the way", s.ns, bundle.Short(bundle.Fingerprint(p)))
+	}
 	return r
 }
 

@@ -93,6 +93,8 @@ type Cluster struct {
 
 	// retriggers counts the failed issuances WaitReady triggered again.
 	retriggers atomic.Int64
+	// reissues counts the issuances beyond one per trigger (Reissues).
+	reissues atomic.Int64
 
 	stopOnce sync.Once
 	stopErr  error

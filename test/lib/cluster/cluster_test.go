@@ -72,8 +72,13 @@ func TestCluster(t *testing.T) {
 	t.Run("each rotation gives a new root with a new key, and a reissued client follows it", func(t *testing.T) {
 		g := NewWithT(t)
 		prev, keysSeen := root, [][]byte{root.RawSubjectPublicKeyInfo}
+		from := *certificate(g, c, "root-ca").Status.Revision
+		var rotated []*x509.Certificate
 		for range 2 {
-			next, err := c.RotateRoot(ctx, ns, "root-ca")
+			rotation, err := c.RotateRootThrough(ctx, ns, "root-ca")
+			next := rotation.Root
+			g.Expect(rotation.Passed).To(BeEmpty(), "one issuance for the trigger")
+			rotated = append(rotated, next)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(next.IsCA).To(BeTrue())
 			g.Expect(next.SerialNumber).NotTo(Equal(prev.SerialNumber))
@@ -87,6 +92,15 @@ func TestCluster(t *testing.T) {
 			g.Expect(certs(g, secret(g, c, "client-1"), cmmeta.TLSCAKey)).To(ConsistOf(next))
 			prev = next
 		}
+		// Two issuances: the roots in between are found from the root's
+		// requests, as RotateRootThrough finds those of a double issuance.
+		g.Expect(*certificate(g, c, "root-ca").Status.Revision).To(Equal(from + 2))
+		between, err := cluster.IssuedBetween(c, ctx, types.NamespacedName{Namespace: ns, Name: "root-ca"}, from, from+2)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(between).To(HaveExactElements(rotated[0]))
+		between, err = cluster.IssuedBetween(c, ctx, types.NamespacedName{Namespace: ns, Name: "root-ca"}, from-1, from+3)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(between).To(HaveExactElements(root, rotated[0], rotated[1]))
 		// Clients are not renewed by a rotation: client-2 still has its
 		// leaf from the first root.
 		g.Expect(certs(g, secret(g, c, "client-2"), corev1.TLSCertKey)[0].CheckSignatureFrom(root)).To(Succeed())

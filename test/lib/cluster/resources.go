@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -47,6 +49,10 @@ func RSAKey(size int) *cmapi.CertificatePrivateKey {
 func Ed25519Key() *cmapi.CertificatePrivateKey {
 	return &cmapi.CertificatePrivateKey{Algorithm: cmapi.Ed25519KeyAlgorithm, Encoding: cmapi.PKCS8, RotationPolicy: cmapi.RotationPolicyAlways}
 }
+
+// rootHistory is how many of a root's CertificateRequests cert-manager
+// keeps: more than a test's rotations in a row.
+const rootHistory = 20
 
 // CreateNamespace creates a namespace.
 func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
@@ -82,6 +88,8 @@ func (c *Cluster) CreateRootCAWith(ctx context.Context, ns, name string, key *cm
 			Usages:     []cmapi.KeyUsage{cmapi.UsageCertSign, cmapi.UsageCRLSign, cmapi.UsageDigitalSignature},
 			PrivateKey: key,
 			IssuerRef:  issuerRef(selfSigned),
+			// Kept, so that RotateRootThrough finds every root issued.
+			RevisionHistoryLimit: ptr.To(int32(rootHistory)),
 		},
 	}
 	if err := c.Client.Create(ctx, root); err != nil {
@@ -168,13 +176,53 @@ func (c *Cluster) Trigger(ctx context.Context, ns, name string) error {
 // certificate and the Certificate is Ready again. It returns the new
 // certificate (the first of tls.crt).
 func (c *Cluster) Reissue(ctx context.Context, ns, name string) (*x509.Certificate, error) {
+	r, err := c.reissue(ctx, ns, name)
+	return r.Root, err
+}
+
+// Rotation is what one trigger of a root's Certificate gave.
+type Rotation struct {
+	// Root is the root its Secret holds once the Certificate settled.
+	Root *x509.Certificate
+	// Passed are the roots its Secret held on the way, oldest first: none,
+	// unless cert-manager issued more than once for the one trigger (its
+	// trigger controller can act on a Certificate status a write behind).
+	// Each was the root Secret's for a moment, so dualca rightly trusts it.
+	Passed []*x509.Certificate
+}
+
+// RotateRoot is Reissue for the root made by CreateRootCA: it returns the
+// new root, which has a new key. CA Issuers signing with its Secret sign
+// with the new root from then on; certificates they issued earlier are not
+// renewed by that.
+func (c *Cluster) RotateRoot(ctx context.Context, ns, certName string) (*x509.Certificate, error) {
+	return c.Reissue(ctx, ns, certName)
+}
+
+// RotateRootThrough is RotateRoot that also returns the roots the Secret
+// held on the way (Rotation.Passed).
+func (c *Cluster) RotateRootThrough(ctx context.Context, ns, certName string) (Rotation, error) {
+	return c.reissue(ctx, ns, certName)
+}
+
+// Reissues is how many issuances beyond the first one trigger has given so
+// far (Rotation.Passed, summed), for a test to report: cert-manager's, not
+// dualca's.
+func (c *Cluster) Reissues() int64 { return c.reissues.Load() }
+
+func (c *Cluster) reissue(ctx context.Context, ns, name string) (Rotation, error) {
 	key := types.NamespacedName{Namespace: ns, Name: name}
+	crt := &cmapi.Certificate{}
+	if err := c.Client.Get(ctx, key, crt); err != nil {
+		return Rotation{}, err
+	}
+	from := revision(crt)
 	before, err := c.tlsCrt(ctx, key)
 	if err != nil {
-		return nil, err
+		return Rotation{}, err
 	}
 	if err := c.Trigger(ctx, ns, name); err != nil {
-		return nil, err
+		return Rotation{}, err
 	}
 	err = c.waitFor(ctx, "certificate "+key.String()+" to be reissued", func(ctx context.Context) (bool, string, error) {
 		after, err := c.tlsCrt(ctx, key)
@@ -184,17 +232,60 @@ func (c *Cluster) Reissue(ctx context.Context, ns, name string) (*x509.Certifica
 		return c.settled(ctx, key)
 	})
 	if err != nil {
-		return nil, err
+		return Rotation{}, err
 	}
-	return c.leaf(ctx, ns, name)
+	if err := c.Client.Get(ctx, key, crt); err != nil {
+		return Rotation{}, err
+	}
+	r := Rotation{}
+	if r.Root, err = c.leaf(ctx, ns, name); err != nil {
+		return r, err
+	}
+	if to := revision(crt); to > from+1 {
+		c.reissues.Add(int64(to - from - 1))
+		r.Passed, err = c.issuedBetween(ctx, key, from, to)
+	}
+	return r, err
 }
 
-// RotateRoot is Reissue for the root made by CreateRootCA: it returns the
-// new root, which has a new key. CA Issuers signing with its Secret sign
-// with the new root from then on; certificates they issued earlier are not
-// renewed by that.
-func (c *Cluster) RotateRoot(ctx context.Context, ns, certName string) (*x509.Certificate, error) {
-	return c.Reissue(ctx, ns, certName)
+// revision is a Certificate's status.revision, 0 before its first issuance.
+func revision(crt *cmapi.Certificate) int {
+	if crt.Status.Revision == nil {
+		return 0
+	}
+	return *crt.Status.Revision
+}
+
+// issuedBetween are the certificates of the Certificate key's issued
+// CertificateRequests of revisions after from and before to, in revision
+// order, one for each: the Secret held each of them for a moment. The
+// requests are there because CreateRootCA keeps a history of rootHistory.
+func (c *Cluster) issuedBetween(ctx context.Context, key types.NamespacedName, from, to int) ([]*x509.Certificate, error) {
+	crs := &cmapi.CertificateRequestList{}
+	if err := c.Client.List(ctx, crs, client.InNamespace(key.Namespace)); err != nil {
+		return nil, err
+	}
+	byRevision := map[int]*x509.Certificate{}
+	for _, cr := range crs.Items {
+		rev, err := strconv.Atoi(cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey])
+		if err != nil || cr.Annotations[cmapi.CertificateNameKey] != key.Name || rev <= from || rev >= to || len(cr.Status.Certificate) == 0 {
+			continue
+		}
+		certs, err := certutil.ParseCertsPEM(cr.Status.Certificate)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the certificate of request %s/%s: %w", cr.Namespace, cr.Name, err)
+		}
+		byRevision[rev] = certs[0]
+	}
+	var passed []*x509.Certificate
+	for rev := from + 1; rev < to; rev++ {
+		cert, ok := byRevision[rev]
+		if !ok {
+			return nil, fmt.Errorf("certificate %s went from revision %d to %d, and no issued request of revision %d is left", key, from, to, rev)
+		}
+		passed = append(passed, cert)
+	}
+	return passed, nil
 }
 
 // WaitReady waits until each Certificate is Ready for its current
