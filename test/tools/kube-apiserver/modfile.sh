@@ -40,3 +40,6 @@ mod=versions/$version.mod
 } >"$mod"
 rm -f "versions/$version.sum"
 go mod tidy -modfile="$mod"
+# The modules the product shares with it at the product's versions, so
+# that their compiled packages serve both (see ../align.sh).
+../align.sh "kube-apiserver/$mod"
