@@ -1,13 +1,17 @@
 package syncer
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 )
@@ -63,4 +67,42 @@ func TestALongEventIsCutToWhatTheEventsAPIAccepts(t *testing.T) {
 	g.Expect(cut).To(HaveSuffix(eventCut))
 	g.Expect(joined[0].Message).To(HavePrefix(strings.TrimSuffix(cut, eventCut)))
 	g.Expect(rec.events[1].note).To(Equal(many[0].Message), "a short note is whole")
+}
+
+// TestAMissingRootIsToldOnTheGatewayOnceOneExists: a missing root is told
+// on the root Secret when there is one, else on the gateway Secret; with
+// neither (a first install whose root is not issued yet) there is nothing
+// to tell it on, and it is told once the gateway exists, not forgotten.
+// The recorder is handed an object that is there: a nil *Secret is not a
+// nil runtime.Object, and client-go's recorder panics on it.
+func TestAMissingRootIsToldOnTheGatewayOnceOneExists(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	missing := &bundle.InvalidError{Reason: "root secret ns/root-ca not found"}
+	rec := &recordedEvents{}
+	var gateway client.Object
+	r := &reporter{recorder: rec, gateway: func(context.Context) client.Object { return gateway }}
+
+	g.Expect(r.invalidRoot(ctx, nil, missing)).To(MatchError(missing))
+	g.Expect(rec.events).To(BeEmpty(), "neither the root nor the gateway exists: nothing to tell it on")
+
+	gateway = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gateway"}}
+	g.Expect(r.invalidRoot(ctx, nil, missing)).To(MatchError(missing))
+	g.Expect(rec.events).To(HaveLen(1), "told once the gateway exists")
+	g.Expect(rec.events[0].regarding).To(BeIdenticalTo(gateway))
+	g.Expect(rec.events[0].reason).To(Equal(bundle.ReasonRootInvalid))
+	g.Expect(rec.events[0].note).To(ContainSubstring("not found"))
+
+	g.Expect(r.invalidRoot(ctx, nil, missing)).To(MatchError(missing))
+	g.Expect(rec.events).To(HaveLen(1), "the same reason is told once")
+
+	root := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "root-ca"}}
+	wrongType := &bundle.InvalidError{Reason: `root secret has type "Opaque", want "kubernetes.io/tls"`}
+	g.Expect(r.invalidRoot(ctx, root, wrongType)).To(MatchError(wrongType))
+	g.Expect(rec.events).To(HaveLen(2))
+	g.Expect(rec.events[1].regarding).To(BeIdenticalTo(root), "a root that exists is what the event is about")
+	for _, e := range rec.events {
+		g.Expect(e.regarding).NotTo(BeNil())
+		g.Expect(reflect.ValueOf(e.regarding).IsNil()).To(BeFalse(), "no event about a nil object")
+	}
 }

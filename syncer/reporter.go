@@ -81,14 +81,17 @@ func (r *reporter) invalidRoot(ctx context.Context, rootObj *corev1.Secret, err 
 		return err
 	}
 	if reason := invalid.Error(); r.lastInvalid != reason {
-		r.lastInvalid = reason
-		var regarding runtime.Object = rootObj
-		if rootObj == nil {
-			if gw := r.gateway(ctx); gw != nil {
-				regarding = gw
-			}
+		// The root Secret, or the gateway when the root is missing; when
+		// neither exists, nothing: the reason is told once one does. (A nil
+		// *Secret is not a nil runtime.Object: the recorder would panic.)
+		var regarding runtime.Object
+		if rootObj != nil {
+			regarding = rootObj
+		} else if gw := r.gateway(ctx); gw != nil {
+			regarding = gw
 		}
 		if regarding != nil {
+			r.lastInvalid = reason
 			r.recorder.Eventf(regarding, nil, corev1.EventTypeWarning, bundle.ReasonRootInvalid, "Validate",
 				"root %s is not usable, gateway left unchanged: %s", r.rootKey, reason)
 		}
