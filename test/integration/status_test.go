@@ -56,10 +56,10 @@ func TestTheStatusConfigMapIsPublishedAndObeyed(t *testing.T) {
 		g.Expect(r.Next.Upcoming).NotTo(BeEmpty())
 		g.Expect(r.Next.Upcoming[0].At).To(BeTemporally(">", time.Now().Add(time.Hour)), "nothing due soon")
 	}).Should(Succeed())
-	// At rest once the start's writes have landed: the echo of the first
-	// reconcile's own writes may publish once more just after the status
-	// first reads steady (seen once in a clean-clone run: 2 writes, not 1,
-	// 11 ms after the count). Settled is two counts a second apart that
+	// At rest once the start's writes have landed: a second publish may
+	// land just after the status first reads steady (seen once in a
+	// clean-clone run: 2 writes, not 1, 11 ms after the count; what it
+	// changed is not known yet). Settled is two counts a second apart that
 	// agree; a loop of a write a second or faster never settles, and a
 	// slower one is caught by the two seconds after.
 	writes := -1
