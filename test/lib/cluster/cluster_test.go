@@ -76,10 +76,10 @@ func TestCluster(t *testing.T) {
 		var rotated []*x509.Certificate
 		for range 2 {
 			rotation, err := c.RotateRootThrough(ctx, ns, "root-ca")
+			g.Expect(err).NotTo(HaveOccurred())
 			next := rotation.Root
 			g.Expect(rotation.Passed).To(BeEmpty(), "one issuance for the trigger")
 			rotated = append(rotated, next)
-			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(next.IsCA).To(BeTrue())
 			g.Expect(next.SerialNumber).NotTo(Equal(prev.SerialNumber))
 			g.Expect(keysSeen).NotTo(ContainElement(next.RawSubjectPublicKeyInfo), "a new key")

@@ -176,8 +176,8 @@ func (c *Cluster) Trigger(ctx context.Context, ns, name string) error {
 // certificate and the Certificate is Ready again. It returns the new
 // certificate (the first of tls.crt).
 func (c *Cluster) Reissue(ctx context.Context, ns, name string) (*x509.Certificate, error) {
-	r, err := c.reissue(ctx, ns, name)
-	return r.Root, err
+	cert, _, err := c.reissue(ctx, ns, name)
+	return cert, err
 }
 
 // Rotation is what one trigger of a root's Certificate gave.
@@ -202,27 +202,43 @@ func (c *Cluster) RotateRoot(ctx context.Context, ns, certName string) (*x509.Ce
 // RotateRootThrough is RotateRoot that also returns the roots the Secret
 // held on the way (Rotation.Passed).
 func (c *Cluster) RotateRootThrough(ctx context.Context, ns, certName string) (Rotation, error) {
-	return c.reissue(ctx, ns, certName)
-}
-
-// Reissues is how many issuances beyond the first one trigger has given so
-// far (Rotation.Passed, summed), for a test to report: cert-manager's, not
-// dualca's.
-func (c *Cluster) Reissues() int64 { return c.reissues.Load() }
-
-func (c *Cluster) reissue(ctx context.Context, ns, name string) (Rotation, error) {
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	crt := &cmapi.Certificate{}
-	if err := c.Client.Get(ctx, key, crt); err != nil {
-		return Rotation{}, err
-	}
-	from := revision(crt)
-	before, err := c.tlsCrt(ctx, key)
+	root, revisions, err := c.reissue(ctx, ns, certName)
 	if err != nil {
 		return Rotation{}, err
 	}
+	r := Rotation{Root: root}
+	if revisions.to > revisions.from+1 {
+		key := types.NamespacedName{Namespace: ns, Name: certName}
+		r.Passed, err = c.issuedBetween(ctx, key, revisions.from, revisions.to)
+	}
+	return r, err
+}
+
+// revisions are a Certificate's status.revision before and after a
+// reissue: more than one apart when cert-manager issued more than once.
+type revisions struct{ from, to int }
+
+// Reissues is how many issuances beyond the one triggered Reissue and
+// RotateRoot have seen so far, for a test to report: cert-manager's, not
+// dualca's.
+func (c *Cluster) Reissues() int64 { return c.reissues.Load() }
+
+// reissue triggers the Certificate, waits until it is issued and settled,
+// and returns its new certificate and its revisions before and after; an
+// issuance beyond the one triggered is counted (Reissues).
+func (c *Cluster) reissue(ctx context.Context, ns, name string) (*x509.Certificate, revisions, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	crt := &cmapi.Certificate{}
+	if err := c.Client.Get(ctx, key, crt); err != nil {
+		return nil, revisions{}, err
+	}
+	revs := revisions{from: revision(crt)}
+	before, err := c.tlsCrt(ctx, key)
+	if err != nil {
+		return nil, revs, err
+	}
 	if err := c.Trigger(ctx, ns, name); err != nil {
-		return Rotation{}, err
+		return nil, revs, err
 	}
 	err = c.waitFor(ctx, "certificate "+key.String()+" to be reissued", func(ctx context.Context) (bool, string, error) {
 		after, err := c.tlsCrt(ctx, key)
@@ -232,20 +248,16 @@ func (c *Cluster) reissue(ctx context.Context, ns, name string) (Rotation, error
 		return c.settled(ctx, key)
 	})
 	if err != nil {
-		return Rotation{}, err
+		return nil, revs, err
 	}
 	if err := c.Client.Get(ctx, key, crt); err != nil {
-		return Rotation{}, err
+		return nil, revs, err
 	}
-	r := Rotation{}
-	if r.Root, err = c.leaf(ctx, ns, name); err != nil {
-		return r, err
+	if revs.to = revision(crt); revs.to > revs.from+1 {
+		c.reissues.Add(int64(revs.to - revs.from - 1))
 	}
-	if to := revision(crt); to > from+1 {
-		c.reissues.Add(int64(to - from - 1))
-		r.Passed, err = c.issuedBetween(ctx, key, from, to)
-	}
-	return r, err
+	cert, err := c.leaf(ctx, ns, name)
+	return cert, revs, err
 }
 
 // revision is a Certificate's status.revision, 0 before its first issuance.
