@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/lib/figure"
 	"github.com/dualca/dualca/test/lib/run"
 )
@@ -176,6 +177,12 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 		"goroutines counted at %d KiB of that memory each, open files the same against the process's open-files limit.",
 		resourcesEvery, len(o.scrapeFailures), warmUp(), int(horizon.Hours()/24), goroutineCost>>10)
 	w("")
+	if judgesLeaks() {
+		w("Before the clients existed, the root was rotated %d times, each until the gateway trusted it, and dualca's record was checked to hold %d roots: "+
+			"dualca keeps every root it read from the root Secret, up to that many (bundle.MaxKnown, a year of weekly rotations), so a leader is judged with that set full. "+
+			"From then on a rotation adds a root and drops the oldest.", bundle.MaxKnown, bundle.MaxKnown)
+		w("")
+	}
 	for _, f := range o.scrapeFailures {
 		w("- failed scrape: %s", f)
 	}

@@ -2,6 +2,8 @@ package soak
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	mrand "math/rand/v2"
@@ -207,6 +209,13 @@ func setUp(t *testing.T) *soak {
 	_, err := c.CreateRootCA(ctx, namespace, rootName)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.CreateCAIssuer(ctx, namespace, issuerName, rootName)).To(Succeed())
+	s.args = s.dualcaArgs()
+	for i := range s.replicas {
+		s.startReplica(i)
+	}
+	if judgesLeaks() {
+		s.rememberMaxKnown()
+	}
 	s.clients, err = c.CreateClients(ctx, namespace, issuerName, "agent", *clients, map[string]string{clientLabel: "agent"})
 	g.Expect(err).NotTo(HaveOccurred())
 	s.broken = s.clients[len(s.clients)-1]
@@ -217,15 +226,62 @@ func setUp(t *testing.T) *soak {
 	// Its failures are counted apart, from the start: its issuer breaks at
 	// a random moment and heals at another.
 	s.mon.Excuse(s.broken)
-	s.args = s.dualcaArgs()
-	for i := range s.replicas {
-		s.startReplica(i)
-	}
 	s.useIssuingSecret()
 	s.startTraffic()
 	s.record("phase", fmt.Sprintf("set up in %v: %d clients, 2 dualca replicas, reload lag %v, --trust-propagation-delay=%v, the clients' Issuer on the issuing Secret %s",
 		time.Since(s.begin).Round(time.Second), len(s.clients), lag.String(), propagationDelay(), issuingName))
 	return s
+}
+
+// rememberMaxKnown rotates the root until dualca's record remembers
+// bundle.MaxKnown roots, before the clients, the monitor and the traffic
+// exist, and checks that it does. dualca keeps every root it read from the
+// root Secret, up to MaxKnown, parsed, in its record and in memory: a
+// year of weekly rotations. The soak rotates every minute or so, so
+// without this its leader would still be filling that set when the leak
+// judge fits its memory (45 roots in an hour), and growth that ends at
+// MaxKnown by design would be extrapolated over 30 days. From here on,
+// each rotation adds one root and drops the oldest: what the judge then
+// sees growing is not bounded by design. Each rotation waits until the
+// gateway trusts the new root, so that dualca read every one.
+func (s *soak) rememberMaxKnown() {
+	began := time.Now()
+	for n := 1; n <= bundle.MaxKnown; n++ {
+		r, err := s.c.RotateRootThrough(s.ctx, namespace, rootName)
+		s.g.Expect(err).NotTo(HaveOccurred(), "rotation %d of %d before the run", n, bundle.MaxKnown)
+		s.g.Eventually(func() ([]string, error) {
+			return s.fingerprints(gatewayName, "ca.crt")
+		}).WithTimeout(time.Minute).WithPolling(50*time.Millisecond).Should(ContainElement(bundle.Fingerprint(r.Root)),
+			"the gateway trusts the root of rotation %d before the run", n)
+	}
+	state := flags.DefaultStateSecret(types.NamespacedName{Namespace: namespace, Name: gatewayName}).Name
+	s.g.Eventually(func() ([]string, error) {
+		return s.fingerprints(state, "roots.pem")
+	}).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(HaveLen(bundle.MaxKnown),
+		"dualca's record remembers MaxKnown roots")
+	s.record("phase", fmt.Sprintf("%d rotations before the clients in %v: dualca's record remembers %d roots, as many as it keeps",
+		bundle.MaxKnown, time.Since(began).Round(time.Second), bundle.MaxKnown))
+}
+
+// fingerprints are the fingerprints of the certificates in the Secret
+// name's field key.
+func (s *soak) fingerprints(name, key string) ([]string, error) {
+	sec, err := s.get(name)
+	if err != nil {
+		return nil, err
+	}
+	var fps []string
+	for rest := sec.Data[key]; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return fps, nil
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, key, err)
+		}
+		fps = append(fps, bundle.Fingerprint(c))
+	}
 }
 
 // useIssuingSecret makes the operator's one-line change once dualca has
