@@ -32,8 +32,10 @@ import (
 // they are published replace one another, so the one published is the
 // latest, built once; a report published at once by a reconcile (a
 // promote to consume) replaces any handed over, and an older one never
-// follows it; a report deferred (client progress alone) is published at
-// its turn; the publisher stops with its context.
+// follows it; after a write, the reports handed over within statusSpacing
+// wait for it to end and the latest alone goes out; a report deferred
+// (client progress alone) is published at its turn; the publisher stops
+// with its context.
 func TestTheStatusIsPublishedOffTheReconcilesPath(t *testing.T) {
 	t.Parallel()
 	rt := newRotation(t)
@@ -81,11 +83,25 @@ func TestTheStatusIsPublishedOffTheReconcilesPath(t *testing.T) {
 	g.Eventually(func() string { return f.published().Phase }).Should(Equal(phase.Phase))
 	g.Expect(built.Load()).To(Equal(int32(1)))
 
+	// After a write, the reports handed over wait for the spacing to end,
+	// replacing one another: the latest alone is built and published.
+	switched := phase.copy()
+	switched.Phase = string(bundle.PhaseSteady)
+	offer(report(rt.renew, rt.r2))
+	offer(switched)
+	g.Consistently(built.Load, 100*time.Millisecond).Should(Equal(int32(1)), "nothing is built within the spacing")
+	g.Expect(f.published().Phase).To(Equal(phase.Phase), "nor published")
+	f.clock.SetTime(f.clock.Now().Add(statusSpacing))
+	turns <- f.clock.Now()
+	g.Eventually(func() string { return f.published().Phase }).Should(Equal(switched.Phase), "the latest, once the spacing ends")
+	g.Expect(built.Load()).To(Equal(int32(2)), "built once")
+	turns <- f.clock.Now() // the spacing after that write
+
 	// The client progress alone waits for its turn.
-	progressed := phase.copy()
+	progressed := switched.copy()
 	progressed.Clients = &bundle.Progress{Renewed: 1}
 	offer(progressed)
-	g.Eventually(built.Load).Should(Equal(int32(2)))
+	g.Eventually(built.Load).Should(Equal(int32(3)))
 	g.Consistently(func() *bundle.Progress { return f.published().Clients }).ShouldNot(Equal(progressed.Clients), "deferred")
 	f.clock.SetTime(f.clock.Now().Add(progressEvery))
 	turns <- f.clock.Now()
