@@ -82,6 +82,10 @@ type targetState struct {
 	// ownVersion is the resourceVersion of dualca's last write, read by
 	// the watch's predicate on the informer's goroutine.
 	ownVersion atomic.Pointer[string]
+	// writing is closed once the write of it under way has ended (its
+	// version in ownVersion when it succeeded); nil when none is under
+	// way. Read by the watch's handler (targetWorkItem).
+	writing atomic.Pointer[chan struct{}]
 	// seen is the digest (target.digest) of what dualca owns in it, as
 	// dualca last read or wrote it; "" when it knows none (absent, or
 	// since a start). Unlike rv, others' writes of what dualca does not
@@ -105,6 +109,17 @@ func (t *targetState) wrote(obj client.Object) {
 	t.rv = obj.GetResourceVersion()
 	rv := t.rv
 	t.ownVersion.Store(&rv)
+}
+
+// beginWrite marks a write of t under way until the function it returns
+// is called, after wrote when the write succeeded.
+func (t *targetState) beginWrite() (end func()) {
+	ch := make(chan struct{})
+	t.writing.Store(&ch)
+	return func() {
+		t.writing.Store(nil)
+		close(ch)
+	}
 }
 
 // notOwnWrite lets every event of the target through but the creation or
@@ -593,6 +608,11 @@ func (s *gatewayStore) writeOrder() []int {
 
 // writeTarget creates or updates t to desired; false when found holds it already.
 func (s *gatewayStore) writeTarget(ctx context.Context, t *targetState, found, desired client.Object) (bool, error) {
+	if found != nil && unchangedObject(found, desired) {
+		return false, nil
+	}
+	end := t.beginWrite()
+	defer end()
 	if found == nil {
 		if err := s.writer.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
@@ -602,9 +622,6 @@ func (s *gatewayStore) writeTarget(ctx context.Context, t *targetState, found, d
 			return false, fmt.Errorf("creating %s: %w", t.id(), err)
 		}
 	} else {
-		if unchangedObject(found, desired) {
-			return false, nil
-		}
 		if err := s.writer.Update(ctx, desired); err != nil {
 			if apierrors.IsConflict(err) {
 				return false, err

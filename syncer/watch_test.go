@@ -94,3 +94,73 @@ func TestTheGatewaysOwnWritesStartNoReconcile(t *testing.T) {
 	g.Expect(p.Generic(event.TypedGenericEvent[*corev1.Secret]{Object: at("7")})).To(BeTrue())
 	g.Expect(p.Update(event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at(""), ObjectNew: at("")})).To(BeTrue(), "no version known")
 }
+
+// TestAnEventOfTheWriteUnderWayWaitsForItsReply checks the targets'
+// handler: an event that comes while dualca's write of the target is
+// under way (the watch ahead of the write's reply) is queued once the
+// write has ended, and not at all when it was that write; without a
+// write under way, or for a deletion, an event is queued at once.
+func TestAnEventOfTheWriteUnderWayWaitsForItsReply(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "gw", Name: "gateway-credential"}}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	s := &targetState{}
+	h := targetWorkItem[*corev1.Secret](req, s)
+	ctx := context.Background()
+	at := func(rv string) *corev1.Secret {
+		sec := &corev1.Secret{}
+		sec.ResourceVersion = rv
+		return sec
+	}
+	update := func(rv string) {
+		h.Update(ctx, event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: at("1"), ObjectNew: at(rv)}, q)
+	}
+	drain := func() {
+		for q.Len() > 0 {
+			item, _ := q.Get()
+			q.Done(item)
+			q.Forget(item)
+		}
+	}
+
+	update("5")
+	g.Expect(q.Len()).To(Equal(1), "no write under way: at once")
+	drain()
+
+	// The event of dualca's own write, before its reply: never queued.
+	end := s.beginWrite()
+	update("6")
+	g.Consistently(q.Len, 100*time.Millisecond).Should(BeZero(), "not while the write is under way")
+	s.wrote(at("6"))
+	end()
+	g.Consistently(q.Len, 100*time.Millisecond).Should(BeZero(), "the write's own event")
+
+	// Someone else's version, during a write: queued once the write ends.
+	end = s.beginWrite()
+	update("7")
+	g.Consistently(q.Len, 100*time.Millisecond).Should(BeZero(), "not while the write is under way")
+	s.wrote(at("8"))
+	end()
+	g.Eventually(q.Len).Should(Equal(1), "another version, once the write has ended")
+	drain()
+
+	// A write that failed: the event is someone else's.
+	end = s.beginWrite()
+	h.Create(ctx, event.TypedCreateEvent[*corev1.Secret]{Object: at("9")}, q)
+	end()
+	g.Eventually(q.Len).Should(Equal(1), "the write failed: the event is another's")
+	drain()
+
+	// A deletion does not wait.
+	end = s.beginWrite()
+	h.Delete(ctx, event.TypedDeleteEvent[*corev1.Secret]{Object: at("8")}, q)
+	g.Expect(q.Len()).To(Equal(1), "a deletion at once")
+	end()
+	drain()
+
+	// The latest own version, the write over: not queued.
+	update("8")
+	g.Expect(q.Len()).To(BeZero(), "dualca's own version")
+}

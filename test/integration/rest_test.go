@@ -41,6 +41,26 @@ func TestAtRestThePollsReadsAreAllItSends(t *testing.T) {
 		g.Expect(r.Next.Upcoming).NotTo(BeEmpty())
 		g.Expect(r.Next.Upcoming[0].At).To(BeTemporally(">", time.Now().Add(time.Hour)), "nothing due soon: at rest (the propagation delay that follows a new root is over)")
 	}).Should(Succeed())
+	// Settled once dualca has not written the status for longer than a
+	// write can wait: a change of the client progress alone waits up to
+	// 5 s (progressEvery), so a report made as the rotation settled may
+	// land after the status first reads as above.
+	statusWrites := func() int {
+		n := 0
+		for _, r := range d.Requests() {
+			if r.Resource == "configmaps" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+				n++
+			}
+		}
+		return n
+	}
+	last, changed := -1, time.Now()
+	s.g.Eventually(func() time.Duration {
+		if n := statusWrites(); n != last {
+			last, changed = n, time.Now()
+		}
+		return time.Since(changed)
+	}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeNumerically(">", 6*time.Second), "no status write for longer than one can wait")
 
 	// The requests first, then the polls counted: a poll under way as the
 	// requests are counted may have sent its first read before; the one
