@@ -51,8 +51,18 @@ func (d *Digests) Of(c *x509.Certificate, gen uint64) *Digest {
 }
 
 // Sweep forgets the certificates not asked about since the generation
-// before gen (see Recent).
-func (d *Digests) Sweep(gen uint64) { d.m.Sweep(gen) }
+// before gen (see Recent), once there are more than minSweepCertificates.
+func (d *Digests) Sweep(gen uint64) { d.m.sweepAbove(gen, minSweepCertificates) }
+
+// minSweepCertificates is the size under which Digests is not swept. Its
+// entries keep their certificates alive, a few kilobytes each once
+// parsed. Above MinSweep, a dualca whose decisions ask about a few roots
+// kept up to 256 certificates no longer used (each a root a rotation
+// retired, or a ca.crt parsed again), gained at about one per rotation:
+// an hour-long soak, rotating every minute or so, saw that as growth of
+// the heap, bounded only hours later. Sixteen holds a bundle's roots and
+// cross-certificates twice over; sweeping so few costs nothing.
+const minSweepCertificates = 16
 
 // Len is how many certificates d remembers.
 func (d *Digests) Len() int { return d.m.Len() }

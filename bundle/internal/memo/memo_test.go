@@ -30,6 +30,28 @@ func TestRecentForgetsWhatTwoGenerationsDidNotUse(t *testing.T) {
 	g.Expect(r.Len()).To(Equal(MinSweep+1), "not swept before it doubles again")
 }
 
+// TestDigestsKeepFewCertificatesNoLongerAskedAbout: with two
+// certificates asked about at every generation and a new one at each (a
+// root a rotation brings, then retires), Digests never holds more than
+// twice what two generations asked about, or minSweepCertificates: the
+// certificates it keeps alive stay few, however many generations pass.
+func TestDigestsKeepFewCertificatesNoLongerAskedAbout(t *testing.T) {
+	g := NewWithT(t)
+	var d Digests
+	live := []*x509.Certificate{{Raw: []byte("root")}, {Raw: []byte("server")}}
+	most := 0
+	for gen := uint64(1); gen <= 1000; gen++ {
+		d.Sweep(gen)
+		for _, c := range live {
+			d.Of(c, gen)
+		}
+		d.Of(&x509.Certificate{Raw: []byte{byte(gen), byte(gen >> 8)}}, gen)
+		most = max(most, d.Len())
+	}
+	g.Expect(most).To(BeNumerically("<=", minSweepCertificates+1), "at most the floor and the one asked about since")
+	g.Expect(most).To(BeNumerically(">", 2*4), "swept only once doubled: the floor is what bounds it here")
+}
+
 // TestRecentStartsAgainWhenFull: the limit bounds a caller that never
 // starts a generation.
 func TestRecentStartsAgainWhenFull(t *testing.T) {

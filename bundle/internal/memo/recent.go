@@ -8,7 +8,8 @@ package memo
 //
 // A sweep runs when the map has doubled since the last one left it, so it
 // costs a constant per entry added, and the map never holds more than
-// twice what the last two generations used, plus MinSweep.
+// twice what the last two generations used, plus MinSweep (Digests, whose
+// entries keep certificates alive, sweeps above a lower floor).
 type Recent[K comparable, V any] struct {
 	m    map[K]*aged[V]
 	kept int // entries the last sweep left
@@ -46,9 +47,13 @@ func (r *Recent[K, V]) Put(k K, v V, gen uint64, limit int) *V {
 }
 
 // Sweep drops the entries not used in generation gen or the one before,
-// when the map has doubled since the last sweep.
-func (r *Recent[K, V]) Sweep(gen uint64) {
-	if len(r.m) <= max(2*r.kept, MinSweep) {
+// when the map has doubled since the last sweep and holds more than
+// MinSweep.
+func (r *Recent[K, V]) Sweep(gen uint64) { r.sweepAbove(gen, MinSweep) }
+
+// sweepAbove is Sweep with floor in place of MinSweep.
+func (r *Recent[K, V]) sweepAbove(gen uint64, floor int) {
+	if len(r.m) <= max(2*r.kept, floor) {
 		return
 	}
 	for k, e := range r.m {
