@@ -23,9 +23,7 @@ import (
 func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "gw", Name: "gateway-credential"}}
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	defer q.ShutDown()
+	req, q := newWorkQueue(t)
 
 	const wait = 300 * time.Millisecond
 	var changes atomic.Int32
@@ -103,9 +101,7 @@ func TestTheGatewaysOwnWritesStartNoReconcile(t *testing.T) {
 func TestAnEventOfTheWriteUnderWayWaitsForItsReply(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "gw", Name: "gateway-credential"}}
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	defer q.ShutDown()
+	req, q := newWorkQueue(t)
 	s := &targetState{}
 	h := targetWorkItem[*corev1.Secret](req, s)
 	ctx := context.Background()
@@ -163,4 +159,12 @@ func TestAnEventOfTheWriteUnderWayWaitsForItsReply(t *testing.T) {
 	// The latest own version, the write over: not queued.
 	update("8")
 	g.Expect(q.Len()).To(BeZero(), "dualca's own version")
+}
+
+// newWorkQueue is the gateway's work item and a controller's queue, shut
+// down when the test ends.
+func newWorkQueue(t *testing.T) (reconcile.Request, workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	t.Cleanup(q.ShutDown)
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "gw", Name: "gateway-credential"}}, q
 }

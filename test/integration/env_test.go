@@ -81,6 +81,17 @@ type dualca struct {
 	root types.NamespacedName
 }
 
+// configMapWrites counts dualca's writes of ConfigMaps (the status).
+func (d *dualca) configMapWrites() int {
+	n := 0
+	for _, r := range d.Requests() {
+		if r.Resource == "configmaps" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+			n++
+		}
+	}
+	return n
+}
+
 // polls counts the times dualca read the root Secret from the API server,
 // which it does at every poll and at no other time (events read its cache).
 func (d *dualca) polls() int {

@@ -45,18 +45,9 @@ func TestAtRestThePollsReadsAreAllItSends(t *testing.T) {
 	// write can wait: a change of the client progress alone waits up to
 	// 5 s (progressEvery), so a report made as the rotation settled may
 	// land after the status first reads as above.
-	statusWrites := func() int {
-		n := 0
-		for _, r := range d.Requests() {
-			if r.Resource == "configmaps" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
-				n++
-			}
-		}
-		return n
-	}
 	last, changed := -1, time.Now()
 	s.g.Eventually(func() time.Duration {
-		if n := statusWrites(); n != last {
+		if n := d.configMapWrites(); n != last {
 			last, changed = n, time.Now()
 		}
 		return time.Since(changed)

@@ -2,8 +2,6 @@ package soak
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	mrand "math/rand/v2"
@@ -270,18 +268,15 @@ func (s *soak) fingerprints(name, key string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fps []string
-	for rest := sec.Data[key]; ; {
-		var b *pem.Block
-		if b, rest = pem.Decode(rest); b == nil {
-			return fps, nil
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", name, key, err)
-		}
-		fps = append(fps, bundle.Fingerprint(c))
+	certs, err := bundle.ParseCertificates(key, sec.Data[key])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	fps := make([]string, len(certs))
+	for i, c := range certs {
+		fps[i] = bundle.Fingerprint(c)
+	}
+	return fps, nil
 }
 
 // useIssuingSecret makes the operator's one-line change once dualca has
