@@ -159,12 +159,14 @@ endef
 # docs/$(1).md and docs/$(1).png, with the extra flags $(2). The suite
 # writes the plot's series to bin/$(1).json and test/programs/figures draws
 # them, also after a failed run, whose report links the plot too.
+# PROFILES=folder also writes the leader's heap profile there every minute
+# (see test/soak/profiles_test.go), for what a leak the judge saw is made of.
 define soak-run
 $(fresh-dualca)
 @rm -f $(BIN)/$(1).json
 status=0; DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
 	-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s $(2) -soak.report=$(CURDIR)/docs/$(1).md \
-	-soak.plot=$(CURDIR)/docs/$(1).png -soak.series=$(BIN)/$(1).json \
+	-soak.plot=$(CURDIR)/docs/$(1).png -soak.series=$(BIN)/$(1).json $(if $(PROFILES),-soak.profiles=$(abspath $(PROFILES))) \
 	2>&1 | grep -vE '^\s+\{"level"' || status=$$?; \
 	if [ -f $(BIN)/$(1).json ]; then $(call program,figures) soak $(BIN)/$(1).json $(CURDIR)/docs/$(1).png; fi; \
 	exit $$status

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"crypto/x509"
 	"fmt"
 	"maps"
@@ -111,6 +112,10 @@ type leaderSpan struct {
 	from, to              time.Time
 	rssFrom, rssTo        float64
 	rss, heap, goroutines float64 // its own slopes, for the report
+	// rootsFrom and rootsTo are the roots in its bundle at the first and
+	// last judged samples, rootsMax the most: memory that follows the
+	// bundle's size is state, not a leak, which these tell apart.
+	rootsFrom, rootsTo, rootsMax float64
 }
 
 func (l leak) judged() bool { return l.processes > 0 }
@@ -304,9 +309,10 @@ func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLim
 		}
 		one := [][]resource{seg}
 		l.leaders = append(l.leaders, leaderSpan{pid: pid, samples: len(seg), from: seg[0].at, to: seg[len(seg)-1].at,
-			rssFrom: seg[0].rss, rssTo: seg[len(seg)-1].rss,
-			rss: pooledSlope(one, func(r resource) float64 { return r.rss }), heap: pooledSlope(one, func(r resource) float64 { return r.heap }),
-			goroutines: pooledSlope(one, func(r resource) float64 { return r.goroutines })})
+			rssFrom: seg[0].rss, rssTo: seg[len(seg)-1].rss, rss: pooledSlope(one, func(r resource) float64 { return r.rss }), heap: pooledSlope(one, func(r resource) float64 { return r.heap }),
+			goroutines: pooledSlope(one, func(r resource) float64 { return r.goroutines }),
+			rootsFrom:  seg[0].roots, rootsTo: seg[len(seg)-1].roots,
+			rootsMax: slices.MaxFunc(seg, func(a, b resource) int { return cmp.Compare(a.roots, b.roots) }).roots})
 	}
 	l.processes = len(segments)
 	l.rss = pooledSlope(segments, func(r resource) float64 { return r.rss })

@@ -215,12 +215,12 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 		"both bounded, which an hour cannot tell from a leak.",
 		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs, l.gogc)
 	w("")
-	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | live heap KiB/min | goroutines/min |")
-	w("|---|---|---|---|---|---|---|")
+	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | live heap KiB/min | goroutines/min | bundle roots first, last (most) |")
+	w("|---|---|---|---|---|---|---|---|")
 	begin := o.begin()
 	for _, p := range l.leaders {
-		w("| %d | %d | %s, %s | %.1f, %.1f | %+.2f | %+.2f | %+.4f |", p.pid, p.samples, minutes(p.from.Sub(begin)), minutes(p.to.Sub(begin)),
-			p.rssFrom/(1<<20), p.rssTo/(1<<20), p.rss/(1<<10), p.heap/(1<<10), p.goroutines)
+		w("| %d | %d | %s, %s | %.1f, %.1f | %+.2f | %+.2f | %+.4f | %.0f, %.0f (%.0f) |", p.pid, p.samples, minutes(p.from.Sub(begin)), minutes(p.to.Sub(begin)),
+			p.rssFrom/(1<<20), p.rssTo/(1<<20), p.rss/(1<<10), p.heap/(1<<10), p.goroutines, p.rootsFrom, p.rootsTo, p.rootsMax)
 	}
 	w("")
 }

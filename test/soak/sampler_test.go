@@ -2,7 +2,6 @@ package soak
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -41,6 +40,7 @@ type resource struct {
 	fds        float64
 	maxFDs     float64 // the process's soft limit of open files
 	requests   float64 // API requests since the process started
+	roots      float64 // roots in the gateway's bundle, as it last decided (0 for a standby)
 	started    time.Time
 	leader     bool // it had acquired the lease
 }
@@ -50,12 +50,16 @@ type resource struct {
 func (s *soak) sample(done <-chan struct{}) {
 	tick := time.NewTicker(sampleEvery)
 	defer tick.Stop()
-	lastResources := time.Time{}
+	lastResources, lastProfile := time.Time{}, time.Now()
 	for {
 		s.sampleTraffic()
 		if time.Since(lastResources) >= resourcesEvery {
 			lastResources = time.Now()
 			s.sampleResources()
+		}
+		if *profilesTo != "" && time.Since(lastProfile) >= profileEvery {
+			lastProfile = time.Now()
+			s.profileLeaders()
 		}
 		select {
 		case <-done:
@@ -120,7 +124,7 @@ func (s *soak) sampleResources() {
 			rss: gauge(fams["process_resident_memory_bytes"]), goroutines: gauge(fams["go_goroutines"]),
 			heap: gauge(fams["go_gc_heap_live_bytes"]), gogc: gauge(fams["go_gc_gogc_percent"]),
 			fds: gauge(fams["process_open_fds"]), maxFDs: gauge(fams["process_max_fds"]), requests: counterSum(fams["rest_client_requests_total"]),
-			started: r.started, leader: strings.Contains(r.Log(), leaseAcquired)}
+			roots: gauge(fams["dualca_bundle_roots"]), started: r.started, leader: r.leads()}
 		s.mu.Lock()
 		s.resources = append(s.resources, res)
 		s.mu.Unlock()

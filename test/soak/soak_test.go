@@ -332,17 +332,23 @@ func (s *soak) dualcaArgs() []string {
 type replica struct {
 	*run.Process
 	metrics string
+	pprof   string // where it serves Go's profiling endpoints; "" without -soak.profiles
 	started time.Time
 }
+
+// leads reports whether the replica had acquired the lease.
+func (r *replica) leads() bool { return strings.Contains(r.Log(), leaseAcquired) }
 
 // startReplica starts replica i (again), which returns once it is ready.
 func (s *soak) startReplica(i int) {
 	addr, err := controlplane.FreeAddress()
 	s.g.Expect(err).NotTo(HaveOccurred())
-	p := run.StartProcess(s.t, s.c.Kubeconfig, append(s.args, "--metrics-bind-address="+addr)...)
+	env, pprof, err := profileEnv()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	p := run.StartProcessEnv(s.t, s.c.Kubeconfig, env, append(s.args, "--metrics-bind-address="+addr)...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.replicas[i] = &replica{Process: p, metrics: addr, started: time.Now()}
+	s.replicas[i] = &replica{Process: p, metrics: addr, pprof: pprof, started: time.Now()}
 }
 
 // startTraffic starts the lagging gateway and clients and waits until every

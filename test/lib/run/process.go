@@ -55,6 +55,14 @@ const readyTimeout = time.Minute
 // happens.
 func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	t.Helper()
+	return StartProcessEnv(t, kubeconfig, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env (KEY=value) added to the
+// environment the process inherits: a variable dualca reads apart from
+// its flags, such as one per replica.
+func StartProcessEnv(t testing.TB, kubeconfig string, env []string, args ...string) *Process {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatalf("building dualca: %v", err)
@@ -65,6 +73,9 @@ func StartProcess(t testing.TB, kubeconfig string, args ...string) *Process {
 	}
 	p := &Process{logs: &Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append(args, "--kubeconfig="+kubeconfig)...)
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	// One writer for both: exec then copies both through one pipe, in order.
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := StartChild(p.cmd); err != nil {
