@@ -119,12 +119,12 @@ const issuerCheckTimeout = 30 * time.Second
 const leaseHashLen = 10
 
 // metricsOptions serves the metrics at addr uncompressed, whatever the
-// scraper accepts. A scrape is a few tens of kilobytes on the cluster's
-// network (about 75 kB in test/integration), and a gzip writer at its default level holds about 1.5 MB of
-// compressor state, which promhttp keeps in a sync.Pool from one scrape to
-// the next: a third of dualca's live heap at rest, there or not at each
-// collection as scrapes and collections interleave. The heap the leak
-// judge reads (test/soak) jumped by that much from one sample to the next.
+// scraper accepts. A scrape is about 75 kB (test/integration) on the
+// cluster's network, and a gzip writer at its default level holds about
+// 1.5 MB of compressor state, which promhttp keeps in a sync.Pool from
+// one scrape to the next: a third of dualca's live heap at rest, there or
+// not at each collection as scrapes and collections interleave. The heap
+// the leak judge reads (test/soak) jumped by that much between samples.
 func metricsOptions(addr string) metricsserver.Options {
 	return metricsserver.Options{BindAddress: addr, HandlerOpts: []func(*promhttp.HandlerOpts){
 		func(o *promhttp.HandlerOpts) { o.DisableCompression = true },
