@@ -81,17 +81,6 @@ type dualca struct {
 	root types.NamespacedName
 }
 
-// configMapWrites counts dualca's writes of ConfigMaps (the status).
-func (d *dualca) configMapWrites() int {
-	n := 0
-	for _, r := range d.Requests() {
-		if r.Resource == "configmaps" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
-			n++
-		}
-	}
-	return n
-}
-
 // polls counts the times dualca read the root Secret from the API server,
 // which it does at every poll and at no other time (events read its cache).
 func (d *dualca) polls() int {
@@ -107,10 +96,16 @@ func (d *dualca) polls() int {
 // writes counts the requests that write Secrets (create, update, patch,
 // delete), counted at the transport: a write that changes nothing leaves
 // no trace on the API server's side.
-func (d *dualca) writes() int {
+func (d *dualca) writes() int { return d.writesOf("secrets") }
+
+// configMapWrites counts dualca's writes of ConfigMaps (the status).
+func (d *dualca) configMapWrites() int { return d.writesOf("configmaps") }
+
+// writesOf counts the requests that write objects of resource.
+func (d *dualca) writesOf(resource string) int {
 	n := 0
 	for _, r := range d.Requests() {
-		if r.Resource == "secrets" && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+		if r.Resource == resource && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
 			n++
 		}
 	}

@@ -25,8 +25,8 @@ var profilesTo = flag.String("soak.profiles", "", "write the leader's heap profi
 
 const profileEvery = time.Minute
 
-// profileEnv is what starts replica i with its profiling endpoints, and
-// their address; nothing without -soak.profiles.
+// profileEnv is the environment that starts a replica with its profiling
+// endpoints, and their address; nothing without -soak.profiles.
 func profileEnv() (env []string, addr string, err error) {
 	if *profilesTo == "" {
 		return nil, "", nil
