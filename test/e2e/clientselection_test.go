@@ -3,14 +3,18 @@ package e2e
 import (
 	"crypto/x509"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
@@ -24,7 +28,7 @@ import (
 // (--client-issuer). Their client Certificates carry no label at all; a
 // bystander Certificate beside them, which the older selection by
 // Certificate label would have picked, must be left alone: never
-// re-issued, and no root kept for it.
+// triggered, and no root kept for it.
 
 const (
 	// bystander is the Certificate dualca must not select, and its Secret.
@@ -38,8 +42,8 @@ const (
 // TestClientsSelectedByTheirSecretsLabelRotateWithoutAFailedHandshake:
 // the clients are chosen by their Secrets' label alone. A rotation moves
 // every one of them to the new root without a failed handshake; the
-// bystander, labelled on its Certificate but not on its Secret, keeps its
-// first certificate and no root is kept for it; dualca lists no Secret.
+// bystander, labelled on its Certificate but not on its Secret, is never
+// triggered and no root is kept for it; dualca lists no Secret.
 func TestClientsSelectedByTheirSecretsLabelRotateWithoutAFailedHandshake(t *testing.T) {
 	t.Parallel()
 	s := newSelectionScenario(t, func(crt *cmapi.Certificate) { crt.Labels = nil })
@@ -138,17 +142,64 @@ func (s *scenario) leafOf(name string) *x509.Certificate {
 	return cs[0]
 }
 
-// expectBystanderLeftAlone: the bystander was never re-issued (revision
-// 1, the same leaf), dualca never triggered it, and the gateway, converged
-// on root, keeps no other root for it.
+// expectBystanderLeftAlone: dualca never wrote to the bystander's
+// Certificate (so never triggered it) while it wrote to every client's,
+// and the gateway, converged on root, keeps no other root for it.
+//
+// The bystander's revision is not the measure: cert-manager may issue a
+// Certificate twice on its own when its caches lag on a busy machine (its
+// trigger controller reads the Secret of a first issuance as missing; see
+// cert-manager's issue 3891). When it did, its story is logged.
 func (s *scenario) expectBystanderLeftAlone(first, root *x509.Certificate) {
 	s.t.Helper()
+	writes := s.certificateWrites()
+	s.g.Expect(writes).NotTo(HaveKey(bystander), "dualca never wrote to the bystander")
+	for _, n := range s.clients {
+		s.g.Expect(writes).To(HaveKeyWithValue(n, BeNumerically(">", 0)), "dualca triggered client %s", n)
+	}
 	crt := &cmapi.Certificate{}
 	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: bystander}, crt)).To(Succeed())
-	s.g.Expect(crt.Status.Revision).To(HaveValue(Equal(1)), "the bystander was never re-issued")
-	s.g.Expect(s.leafOf(bystander).Equal(first)).To(BeTrue(), "the bystander holds its first certificate")
-	s.g.Expect(crt.Status.Conditions).NotTo(ContainElement(HaveField("Reason", "ManuallyTriggered")), "dualca never triggered it")
+	if crt.Status.Revision == nil || *crt.Status.Revision != 1 || !s.leafOf(bystander).Equal(first) {
+		s.t.Logf("cert-manager issued the bystander again on its own; its story:\n%s", strings.Join(s.certificateStory(bystander), "\n"))
+	}
 	s.g.Expect(s.trustedRoots()).To(Equal([]string{bundle.Fingerprint(root)}), "no root kept for the bystander")
+}
+
+// certificateWrites counts dualca's writes (anything but get, list and
+// watch) to each Certificate or its status, by name.
+func (s *scenario) certificateWrites() map[string]int {
+	out := map[string]int{}
+	for _, r := range s.dualca.Requests() {
+		if r.Group == cmapi.SchemeGroupVersion.Group && strings.HasPrefix(r.Resource, "certificates") && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+			out[r.Name]++
+		}
+	}
+	return out
+}
+
+// certificateStory is what happened to the Certificate name, oldest
+// first: cert-manager's events on it (its reasons for each issuance) and
+// its CertificateRequests, by revision.
+func (s *scenario) certificateStory(name string) []string {
+	var out []string
+	events, err := s.kube.CoreV1().Events(s.ns).List(s.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return []string{"events: " + err.Error()}
+	}
+	for _, e := range events.Items {
+		out = append(out, fmt.Sprintf("%s event %s %s (x%d): %s", e.FirstTimestamp.UTC().Format(time.StampMilli), e.InvolvedObject.Kind, e.Reason, e.Count, e.Message))
+	}
+	var crs cmapi.CertificateRequestList
+	if err := s.c.Client.List(s.ctx, &crs, client.InNamespace(s.ns)); err != nil {
+		return append(out, "requests: "+err.Error())
+	}
+	for _, cr := range crs.Items {
+		if cr.Annotations[cmapi.CertificateNameKey] == name {
+			out = append(out, fmt.Sprintf("%s request %s revision %s", cr.CreationTimestamp.UTC().Format(time.StampMilli), cr.Name, cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey]))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // expectNoFailure: the clients handshook throughout, not one failed, the
@@ -189,12 +240,14 @@ func (s *scenario) expectCachedUnfiltered() {
 
 // expectNothingTriggeredAtRest: started beside clients on the current
 // root, dualca has seen each client's certificates and triggered none (a
-// client it cannot see is unknown, and renewed).
+// client it cannot see is unknown, and renewed): it counted no trigger and
+// wrote to no Certificate. (Not their revisions: cert-manager may issue a
+// Certificate twice on its own, see expectBystanderLeftAlone.)
 func (s *scenario) expectNothingTriggeredAtRest() {
 	s.t.Helper()
 	s.g.Expect(s.dualca.Synced()).To(BeTrue())
 	s.g.Expect(s.dualca.Renewals()["triggered"]).To(BeZero(), "no client triggered at rest")
-	s.g.Expect(s.revisionsOf()).To(Equal(map[int]int{1: len(s.clients)}), "every client at its first revision")
+	s.g.Expect(s.certificateWrites()).To(BeEmpty(), "dualca wrote to no client Certificate")
 }
 
 // expectRefusedToStart: dualca with o does not start, saying why.
