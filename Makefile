@@ -76,9 +76,36 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm package charts/dualca --destination $(IMAGE_DIR)/chart
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
+# The tools of make test are built in two lanes at once, each lane one build
+# after another: a Go build leaves a core idle while it links, downloads
+# modules or waits on a package everything else needs, and Debian's packages
+# mostly wait on the network, so the other lane fills that time. The tools
+# that compile the same Kubernetes packages (kube-apiserver, cert-manager,
+# helm) and the two Prometheus commands share a lane: their shared packages
+# are compiled once, by the first, and found in the build cache by the next.
+TEST_TOOLS_LANE_1 := control-plane cert-manager helm promtool prometheus
+TEST_TOOLS_LANE_2 := gateway-tools image-tools
+
+.PHONY: test-tools test-tools-lane-1 test-tools-lane-2
+test-tools: ## build every tool make test needs, in two lanes at once
+	@$(MAKE) --no-print-directory -j2 test-tools-lane-1 test-tools-lane-2
+test-tools-lane-1:
+	@$(MAKE) --no-print-directory TOOLS_LANE=1 $(TEST_TOOLS_LANE_1)
+test-tools-lane-2:
+	@$(MAKE) --no-print-directory TOOLS_LANE=2 $(TEST_TOOLS_LANE_2)
+# Inside a lane, one build at a time.
+ifdef TOOLS_LANE
+.NOTPARALLEL:
+endif
+
+# The longest packages of make test (end-to-end, soak, the model test).
+TEST_FIRST := ./test/e2e ./test/soak ./bundle
+
 .PHONY: test
-test: control-plane cert-manager helm promtool prometheus image-tools gateway-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/test/gateways$$')
+test: test-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
+	@# The longest suites first: go test runs the packages in the order given,
+	@# two at a time, and a long one started last would end the run alone.
+	$(GO) test -count=1 -timeout 20m $(TEST_FIRST) $$($(GO) list ./... | grep -vE '/test/(gateways|e2e|soak)$$|/bundle$$')
 	@# The gateway suite runs alone, six scenarios at a time: its gateways and
 	@# client processes beside the e2e suite, or all twelve scenarios at once,
 	@# starved cert-manager on two cores (roots and clients not issued within

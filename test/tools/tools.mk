@@ -131,7 +131,11 @@ helm: $(BIN)/helm ## build helm into ./bin from Go modules (for the chart tests)
 # both come from and its go.sum the checksum, so the download is verified.
 # Only -o is written, so the read-only module cache does not get in the way.
 # The server is built without the builtinassets tag: the tests use its HTTP
-# API, not its web UI.
+# API, not its web UI. Both are built with remove_all_sd, Prometheus's own tag
+# for leaving out its service discoveries (cloud SDKs, Kubernetes and the
+# rest; static, file and HTTP stay): the tests scrape static targets, and
+# promtool compiles in half the time without them (98 s instead of 227 s on
+# two cores with an empty build cache).
 PROMETHEUS_VERSION ?= $(call tools_mod_version,$(TOOLS_MK_DIR)/promtool/go.mod,github.com/prometheus/prometheus)
 # The Go module v0.315.0 is Prometheus 3.15.0, which --version prints.
 PROMETHEUS_RELEASE = $(shell echo '$(PROMETHEUS_VERSION)' | awk -F. '{ printf "%d.%d.%s", $$2 / 100, $$2 % 100, $$3 }')
@@ -140,11 +144,11 @@ PROMETHEUS_LDFLAGS ?= -s -w -X github.com/prometheus/common/version.Version=$(PR
 # $(call prometheus_build,command): build ./cmd/<command> of the module into $@.
 prometheus_build = cd $(TOOLS_MK_DIR)/promtool && $(TOOLS_GOENV) $(GO) mod download github.com/prometheus/prometheus && \
 	dir=$$($(TOOLS_GOENV) $(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus) && \
-	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp ./cmd/$(1) && mv -f $@.tmp $@
+	cd "$$dir" && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -tags remove_all_sd -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp ./cmd/$(1) && mv -f $@.tmp $@
 
 $(BIN)/promtool: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
 	@mkdir -p $(@D)
-	@echo "building promtool $(PROMETHEUS_RELEASE) from Go modules (about four minutes on two cores, once)"
+	@echo "building promtool $(PROMETHEUS_RELEASE) from Go modules (about two minutes on two cores, once)"
 	$(call prometheus_build,promtool)
 
 $(BIN)/prometheus: $(TOOLS_MK_DIR)/promtool/go.mod $(TOOLS_MK_DIR)/promtool/go.sum
