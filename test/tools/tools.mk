@@ -117,7 +117,7 @@ HELM_LDFLAGS ?= -s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION
 
 $(BIN)/helm: $(TOOLS_MK_DIR)/helm/go.mod $(TOOLS_MK_DIR)/helm/go.sum $(TOOLS_MK_DIR)/helm/tools.go
 	@mkdir -p $(@D)
-	@echo "building helm $(HELM_VERSION) from Go modules (about four minutes on two cores, once)"
+	@echo "building helm $(HELM_VERSION) from Go modules (two to three minutes on two cores, once)"
 	cd $(TOOLS_MK_DIR)/helm && $(TOOLS_GOENV) $(GO) build $(TOOLS_GOBUILD_FLAGS) -ldflags '$(HELM_LDFLAGS)' -o $@.tmp helm.sh/helm/v4/cmd/helm && mv -f $@.tmp $@
 
 .PHONY: helm
