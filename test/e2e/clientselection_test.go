@@ -3,7 +3,6 @@ package e2e
 import (
 	"crypto/x509"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +10,8 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
@@ -160,7 +157,7 @@ func (s *scenario) expectBystanderLeftAlone(first, root *x509.Certificate) {
 	crt := &cmapi.Certificate{}
 	s.g.Expect(s.c.Client.Get(s.ctx, types.NamespacedName{Namespace: s.ns, Name: bystander}, crt)).To(Succeed())
 	if crt.Status.Revision == nil || *crt.Status.Revision != 1 || !s.leafOf(bystander).Equal(first) {
-		s.t.Logf("cert-manager issued the bystander again on its own; its story:\n%s", strings.Join(s.certificateStory(bystander), "\n"))
+		s.t.Logf("cert-manager issued the bystander again on its own; its story:\n%s", strings.Join(s.c.Story(s.ctx, s.ns, bystander), "\n"))
 	}
 	s.g.Expect(s.trustedRoots()).To(Equal([]string{bundle.Fingerprint(root)}), "no root kept for the bystander")
 }
@@ -174,31 +171,6 @@ func (s *scenario) certificateWrites() map[string]int {
 			out[r.Name]++
 		}
 	}
-	return out
-}
-
-// certificateStory is what happened to the Certificate name, oldest
-// first: cert-manager's events on it (its reasons for each issuance) and
-// its CertificateRequests, by revision.
-func (s *scenario) certificateStory(name string) []string {
-	var out []string
-	events, err := s.kube.CoreV1().Events(s.ns).List(s.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-	if err != nil {
-		return []string{"events: " + err.Error()}
-	}
-	for _, e := range events.Items {
-		out = append(out, fmt.Sprintf("%s event %s %s (x%d): %s", e.FirstTimestamp.UTC().Format(time.StampMilli), e.InvolvedObject.Kind, e.Reason, e.Count, e.Message))
-	}
-	var crs cmapi.CertificateRequestList
-	if err := s.c.Client.List(s.ctx, &crs, client.InNamespace(s.ns)); err != nil {
-		return append(out, "requests: "+err.Error())
-	}
-	for _, cr := range crs.Items {
-		if cr.Annotations[cmapi.CertificateNameKey] == name {
-			out = append(out, fmt.Sprintf("%s request %s revision %s", cr.CreationTimestamp.UTC().Format(time.StampMilli), cr.Name, cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey]))
-		}
-	}
-	slices.Sort(out)
 	return out
 }
 

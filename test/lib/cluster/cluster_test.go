@@ -92,6 +92,14 @@ func TestCluster(t *testing.T) {
 			g.Expect(certs(g, secret(g, c, "client-1"), cmmeta.TLSCAKey)).To(ConsistOf(next))
 			prev = next
 		}
+		// Its story tells each issuance: cert-manager's reason for the
+		// first, a request created for each revision (events are sent in
+		// the background: waited for), and the request it keeps.
+		g.Eventually(func() []string { return c.Story(ctx, ns, "client-1") }).WithTimeout(10 * time.Second).Should(And(
+			ContainElement(ContainSubstring("event Certificate Issuing (x1): Issuing certificate as Secret does not exist")),
+			ContainElement(HaveSuffix(`event Certificate Requested (x1): Created new CertificateRequest resource "client-1-1"`)),
+			ContainElement(HaveSuffix(`event Certificate Requested (x1): Created new CertificateRequest resource "client-1-3"`)),
+			ContainElement(HaveSuffix(" request client-1-3 revision 3"))))
 		// Two issuances: the roots in between are found from the root's
 		// requests, as RotateRootThrough finds those of a double issuance.
 		g.Expect(*certificate(g, c, "root-ca").Status.Revision).To(Equal(from + 2))

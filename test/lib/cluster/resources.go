@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -330,10 +331,40 @@ func (c *Cluster) WaitReady(ctx context.Context, ns string, names ...string) err
 			}
 			return false, state, nil
 		}); err != nil {
-			return err
+			// Read with a context of its own: ctx may be what ran out.
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return fmt.Errorf("%w; its story: %s", err, strings.Join(c.Story(sctx, ns, name), "; "))
 		}
 	}
 	return nil
+}
+
+// Story is what happened to the Certificate ns/name, oldest first:
+// cert-manager's events on it (its reason for each issuance it started,
+// the request made for each) and the CertificateRequests it keeps (by
+// default the last), with their revisions. It tells why a Certificate was
+// issued more often than asked, or not at all.
+func (c *Cluster) Story(ctx context.Context, ns, name string) []string {
+	var out []string
+	var events corev1.EventList
+	if err := c.Client.List(ctx, &events, client.InNamespace(ns), client.MatchingFields{"involvedObject.name": name}); err != nil {
+		return []string{"events: " + err.Error()}
+	}
+	for _, e := range events.Items {
+		out = append(out, fmt.Sprintf("%s event %s %s (x%d): %s", e.FirstTimestamp.UTC().Format(time.StampMilli), e.InvolvedObject.Kind, e.Reason, e.Count, e.Message))
+	}
+	var crs cmapi.CertificateRequestList
+	if err := c.Client.List(ctx, &crs, client.InNamespace(ns)); err != nil {
+		return append(out, "requests: "+err.Error())
+	}
+	for _, cr := range crs.Items {
+		if cr.Annotations[cmapi.CertificateNameKey] == name {
+			out = append(out, fmt.Sprintf("%s request %s revision %s", cr.CreationTimestamp.UTC().Format(time.StampMilli), cr.Name, cr.Annotations[cmapi.CertificateRequestRevisionAnnotationKey]))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Retriggers is how many failed issuances WaitReady has triggered again so
