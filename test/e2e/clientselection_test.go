@@ -162,12 +162,12 @@ func (s *scenario) expectBystanderLeftAlone(first, root *x509.Certificate) {
 	s.g.Expect(s.trustedRoots()).To(Equal([]string{bundle.Fingerprint(root)}), "no root kept for the bystander")
 }
 
-// certificateWrites counts dualca's writes (anything but get, list and
-// watch) to each Certificate or its status, by name.
+// certificateWrites counts dualca's writes to each Certificate or its
+// status, by name.
 func (s *scenario) certificateWrites() map[string]int {
 	out := map[string]int{}
 	for _, r := range s.dualca.Requests() {
-		if r.Group == cmapi.SchemeGroupVersion.Group && strings.HasPrefix(r.Resource, "certificates") && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+		if r.Group == cmapi.SchemeGroupVersion.Group && strings.HasPrefix(r.Resource, "certificates") && r.Writes() {
 			out[r.Name]++
 		}
 	}

@@ -105,7 +105,7 @@ func (d *dualca) configMapWrites() int { return d.writesOf("configmaps") }
 func (d *dualca) writesOf(resource string) int {
 	n := 0
 	for _, r := range d.Requests() {
-		if r.Resource == resource && r.Verb != "get" && r.Verb != "list" && r.Verb != "watch" {
+		if r.Resource == resource && r.Writes() {
 			n++
 		}
 	}

@@ -27,6 +27,16 @@ type Request struct {
 	InitialEvents bool
 }
 
+// Writes reports whether the request writes: a create, update, patch or
+// delete.
+func (r Request) Writes() bool {
+	switch r.Verb {
+	case "create", "update", "patch", "delete":
+		return true
+	}
+	return false
+}
+
 // String is the request and its answer on one line, for a log.
 func (r Request) String() string {
 	return fmt.Sprintf("%s %s/%s %s/%s -> %d", r.Verb, r.Group, r.Resource, r.Namespace, r.Name, r.Code)

@@ -391,8 +391,7 @@ func restCounts(reqs []timedRequest) map[string]int {
 func writes(reqs []timedRequest) int {
 	n := 0
 	for _, q := range reqs {
-		switch q.Verb {
-		case "create", "update", "patch", "delete":
+		if q.Writes() {
 			n++
 		}
 	}
