@@ -76,23 +76,24 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm package charts/dualca --destination $(IMAGE_DIR)/chart
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
-# The tools of make test are built in two lanes at once, each lane one build
-# after another: a Go build leaves a core idle while it links, downloads
-# modules or waits on a package everything else needs, and Debian's packages
-# mostly wait on the network, so the other lane fills that time. The tools
-# that compile the same Kubernetes packages (kube-apiserver, cert-manager,
-# helm) and the two Prometheus commands share a lane: their shared packages
-# are compiled once, by the first, and found in the build cache by the next.
+# The tools of make test are built in three lanes at once, each lane one
+# build after another: a Go build leaves a core idle while it links,
+# downloads modules or waits on a package everything else needs, and
+# Debian's packages mostly wait on the network, so the other lanes fill that
+# time. The tools that compile the same Kubernetes packages (kube-apiserver,
+# cert-manager, helm) and the two Prometheus commands share a lane: their
+# shared packages are compiled once, by the first, and found in the build
+# cache by the next. Traefik, the longest build, shares nothing and has a
+# lane of its own; Debian's packages and the small image tools take the third.
 TEST_TOOLS_LANE_1 := control-plane cert-manager helm promtool prometheus
-TEST_TOOLS_LANE_2 := gateway-tools image-tools
+TEST_TOOLS_LANE_2 := traefik
+TEST_TOOLS_LANE_3 := gateway-packages image-tools
 
-.PHONY: test-tools test-tools-lane-1 test-tools-lane-2
-test-tools: ## build every tool make test needs, in two lanes at once
-	@$(MAKE) --no-print-directory -j2 test-tools-lane-1 test-tools-lane-2
-test-tools-lane-1:
-	@$(MAKE) --no-print-directory TOOLS_LANE=1 $(TEST_TOOLS_LANE_1)
-test-tools-lane-2:
-	@$(MAKE) --no-print-directory TOOLS_LANE=2 $(TEST_TOOLS_LANE_2)
+.PHONY: test-tools test-tools-lane-1 test-tools-lane-2 test-tools-lane-3
+test-tools: ## build every tool make test needs, in three lanes at once
+	@$(MAKE) --no-print-directory -j3 test-tools-lane-1 test-tools-lane-2 test-tools-lane-3
+test-tools-lane-1 test-tools-lane-2 test-tools-lane-3:
+	@$(MAKE) --no-print-directory TOOLS_LANE=$(@:test-tools-lane-%=%) $(TEST_TOOLS_LANE_$(@:test-tools-lane-%=%))
 # Inside a lane, one build at a time.
 ifdef TOOLS_LANE
 .NOTPARALLEL:
@@ -103,15 +104,18 @@ TEST_FIRST := ./test/e2e ./test/soak ./bundle
 
 .PHONY: test
 test: test-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
-	@# The longest suites first: go test runs the packages in the order given,
-	@# two at a time, and a long one started last would end the run alone.
-	$(GO) test -count=1 -timeout 20m $(TEST_FIRST) $$($(GO) list ./... | grep -v '/test/gateways$$' | grep -vxF "$$($(GO) list $(TEST_FIRST))")
+	@# Three packages at a time, the longest first: the suites spend most of
+	@# their time waiting on rotations, so a third keeps the cores busy, and a
+	@# long one started last would end the run alone. The programs' module is
+	@# tested beside them: mostly compiling, it fills the same idle time.
+	$(GO) -C $(PROGRAMS) test -count=1 -timeout 20m ./... & programs=$$!; \
+	$(GO) test -p 3 -count=1 -timeout 20m $(TEST_FIRST) $$($(GO) list ./... | grep -v '/test/gateways$$' | grep -vxF "$$($(GO) list $(TEST_FIRST))") || { wait $$programs; exit 1; }; \
+	wait $$programs
 	@# The gateway suite runs alone, six scenarios at a time: its gateways and
 	@# client processes beside the e2e suite, or all twelve scenarios at once,
 	@# starved cert-manager on two cores (roots and clients not issued within
 	@# the suite's waits).
 	$(GO) test -count=1 -timeout 20m -parallel 6 ./test/gateways/
-	$(GO) -C $(PROGRAMS) test -count=1 -timeout 20m ./...
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
