@@ -124,7 +124,7 @@ delay of %s (longer than the slowest volume's lag). The whole suite took
   no retry; counting starts once every pair got through twice.
 
 The zero-downtime strategy must fail no handshake; the legacy strategy
-(`+"`--cert-management-legacy`"+`) must fail some of every pair. Two tests of
+(`+"`--cert-management-legacy`"+`) must cut some pair off in every scenario, and every pair in some scenario. Two tests of
 the same suite show that the counts can be other than zero:
 `+"`TestRefusedReloadsAreCounted`"+` gives every gateway a credential whose key is
 not its certificate's (each refuses it and it is counted; nginx and HAProxy
