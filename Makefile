@@ -85,6 +85,9 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 # shared packages are compiled once, by the first, and found in the build
 # cache by the next. Traefik, the longest build, shares nothing and has a
 # lane of its own; Debian's packages and the small image tools take the third.
+# Measured from a fresh clone (README), the builds keep both cores busy
+# throughout, so the third lane gained no time over two (8 min 43 s and
+# 9 min 1 s, against 8 min 42 s).
 TEST_TOOLS_LANE_1 := control-plane cert-manager helm promtool prometheus
 TEST_TOOLS_LANE_2 := traefik
 TEST_TOOLS_LANE_3 := gateway-packages image-tools

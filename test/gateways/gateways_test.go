@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,8 +61,11 @@ func TestGateways(t *testing.T) {
 	// × curl, 20 handshakes). Over the legacy scenarios of the suite, each
 	// pair must have been cut off at least once. A cleanup of the parent
 	// runs after all its parallel subtests.
-	cut := &legacyCuts{failed: map[string]int{}}
-	t.Cleanup(func() { cut.check(t) })
+	t.Cleanup(func() {
+		for _, pair := range results.uncutByLegacy() {
+			t.Errorf("the legacy strategy cut %s off in none of the suite's scenarios", pair)
+		}
+	})
 	for _, shape := range Shapes {
 		algorithms := shape.Algorithms
 		if algorithms == nil {
@@ -74,7 +76,7 @@ func TestGateways(t *testing.T) {
 				name := fmt.Sprintf("%s/%s/%s", shortName(shape.Name), alg.Name, strategyName(legacy))
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					runScenario(t, shape, alg, legacy, cut)
+					runScenario(t, shape, alg, legacy)
 				})
 			}
 		}
@@ -103,41 +105,7 @@ type scenario struct {
 	clients    []string
 }
 
-// legacyCuts counts, by gateway × stack, the failed handshakes of the legacy
-// scenarios that ran to their end.
-type legacyCuts struct {
-	mu     sync.Mutex
-	failed map[string]int
-}
-
-func (c *legacyCuts) add(pair string, failures int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failed[pair] += failures
-}
-
-// uncut is the pairs no legacy scenario cut off, sorted.
-func (c *legacyCuts) uncut() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var pairs []string
-	for pair, failures := range c.failed {
-		if failures == 0 {
-			pairs = append(pairs, pair)
-		}
-	}
-	slices.Sort(pairs)
-	return pairs
-}
-
-// check fails t for each pair no legacy scenario cut off.
-func (c *legacyCuts) check(t *testing.T) {
-	for _, pair := range c.uncut() {
-		t.Errorf("the legacy strategy cut %s off in none of the suite's scenarios", pair)
-	}
-}
-
-func runScenario(t *testing.T, shape Shape, alg Algorithm, legacy bool, cut *legacyCuts) {
+func runScenario(t *testing.T, shape Shape, alg Algorithm, legacy bool) {
 	s := newScenario(t, shape, alg, legacy)
 	s.startDualca()
 	s.startGateways()
@@ -153,7 +121,7 @@ func runScenario(t *testing.T, shape Shape, alg Algorithm, legacy bool, cut *leg
 		s.converged(root)
 		t.Logf("%s: rotation %d of %d converged", s.ns, i+1, *rotations)
 	}
-	s.check(cut)
+	s.check()
 }
 
 func newScenario(t *testing.T, shape Shape, alg Algorithm, legacy bool) *scenario {
@@ -397,9 +365,9 @@ func bundleFile(name string) string {
 	return ""
 }
 
-// check asserts each pair's count and records the figures for the report;
-// a legacy scenario's failures go to cut, and some pair of it must fail.
-func (s *scenario) check(cut *legacyCuts) {
+// check asserts each pair's count and records the figures for the report
+// (results); some pair of a legacy scenario must fail.
+func (s *scenario) check() {
 	for name, server := range s.servers {
 		s.g.Expect(server.Refused()).To(BeZero(), "%s refused no reload: %s", name, server.Problems())
 	}
@@ -414,7 +382,6 @@ func (s *scenario) check(cut *legacyCuts) {
 		s.g.Expect(st.Attempts).To(BeNumerically(">=", 5*(*rotations)), "%s × %s handshook throughout", p.Gateway, p.Stack)
 		if s.legacy {
 			failed += st.Failures
-			cut.add(p.Gateway+" × "+p.Stack, st.Failures)
 		} else {
 			s.g.Expect(st.Failures).To(BeZero(), "no handshake of %s × %s failed: %v", p.Gateway, p.Stack, st.Errors)
 		}

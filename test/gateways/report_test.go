@@ -44,6 +44,27 @@ func (t *table) add(r row, legacy bool, c cell) {
 	t.rows[r] = cells
 }
 
+// uncutByLegacy is the gateway × stack pairs that ran legacy scenarios and
+// failed no handshake in any of them, sorted.
+func (t *table) uncutByLegacy() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	failed := map[string]int{}
+	for r, cells := range t.rows {
+		if cells[1].ran {
+			failed[r.Gateway+" × "+r.Stack] += cells[1].Failed
+		}
+	}
+	var pairs []string
+	for pair, n := range failed {
+		if n == 0 {
+			pairs = append(pairs, pair)
+		}
+	}
+	slices.Sort(pairs)
+	return pairs
+}
+
 // unsupported records r as a row whose gateway cannot read the shape.
 func (t *table) unsupported(r row) {
 	t.mu.Lock()
