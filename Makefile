@@ -76,49 +76,49 @@ push: image helm ## push the image index (REGISTRY/dualca:VERSION, with its SBOM
 	$(BIN)/helm package charts/dualca --destination $(IMAGE_DIR)/chart
 	$(BIN)/helm push $(IMAGE_DIR)/chart/dualca-$(CHART_VERSION).tgz oci://$(REGISTRY)/charts $(HELM_PUSH_FLAGS)
 
-# The tools of make test are built in three lanes at once, each lane one
-# build after another: a Go build leaves a core idle while it links,
-# downloads modules or waits on a package everything else needs, and
-# Debian's packages mostly wait on the network, so the other lanes fill that
-# time. The tools that compile the same Kubernetes packages (kube-apiserver,
-# cert-manager, helm) and the two Prometheus commands share a lane: their
-# shared packages are compiled once, by the first, and found in the build
-# cache by the next. Traefik, the longest build, shares nothing and has a
-# lane of its own; Debian's packages and the small image tools take the third.
-# Measured from a fresh clone (README), the builds keep both cores busy
-# throughout, so the third lane gained no time over two (8 min 43 s and
-# 9 min 1 s, against 8 min 42 s).
-TEST_TOOLS_LANE_1 := control-plane cert-manager helm promtool prometheus
-TEST_TOOLS_LANE_2 := traefik
-TEST_TOOLS_LANE_3 := gateway-packages image-tools
-
-.PHONY: test-tools test-tools-lane-1 test-tools-lane-2 test-tools-lane-3
-test-tools: ## build every tool make test needs, in three lanes at once
-	@$(MAKE) --no-print-directory -j3 test-tools-lane-1 test-tools-lane-2 test-tools-lane-3
-test-tools-lane-1 test-tools-lane-2 test-tools-lane-3:
-	@$(MAKE) --no-print-directory TOOLS_LANE=$(@:test-tools-lane-%=%) $(TEST_TOOLS_LANE_$(@:test-tools-lane-%=%))
-# Inside a lane, one build at a time.
-ifdef TOOLS_LANE
-.NOTPARALLEL:
-endif
+# make test runs in two lanes at once, after the control plane and
+# cert-manager both need (make demo has built them on the newcomer's path):
+#
+#   gateways: Debian's packages, Traefik, then the gateway suite;
+#   packages: helm, promtool, prometheus, the image tools, then every other
+#             test package, under nice.
+#
+# The gateway suite spends most of its seven minutes waiting on rotations
+# (36 % of two cores when it ran alone, measured from a fresh clone), and
+# the other lane's builds and tests keep both cores busy (198 % and 188 %),
+# so run one after the other they left a core idle for those minutes. The
+# packages lane is niced so that the gateway suite's cert-manager and
+# gateways get the cores when they ask: with the gateway suite at the same
+# priority beside the end-to-end suite, its cert-manager starved and roots
+# were not issued within the suite's waits. Inside a lane, one build at a
+# time: the tools that compile the same Kubernetes packages share them
+# through the build cache instead of compiling them twice at once.
+TEST_NICE := nice -n 10
 
 # The longest packages of make test (end-to-end, soak, the model test).
 TEST_FIRST := ./test/e2e ./test/soak ./bundle
 
-.PHONY: test
-test: test-tools ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
+.PHONY: test test-lane-gateways test-lane-packages
+test: control-plane cert-manager ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
+	@$(MAKE) --no-print-directory -j2 test-lane-gateways test-lane-packages
+test-lane-gateways:
+	@$(MAKE) --no-print-directory TOOLS_LANE=gateways gateway-tools
+	@# Six scenarios at a time: all twelve at once starved cert-manager on
+	@# two cores (roots and clients not issued within the suite's waits).
+	$(GO) test -count=1 -timeout 20m -parallel 6 ./test/gateways/
+test-lane-packages:
+	@$(TEST_NICE) $(MAKE) --no-print-directory TOOLS_LANE=packages helm promtool prometheus image-tools
 	@# Three packages at a time, the longest first: the suites spend most of
 	@# their time waiting on rotations, so a third keeps the cores busy, and a
 	@# long one started last would end the run alone. The programs' module is
 	@# tested beside them: mostly compiling, it fills the same idle time.
-	$(GO) -C $(PROGRAMS) test -count=1 -timeout 20m ./... & programs=$$!; \
-	$(GO) test -p 3 -count=1 -timeout 20m $(TEST_FIRST) $$($(GO) list ./... | grep -v '/test/gateways$$' | grep -vxF "$$($(GO) list $(TEST_FIRST))") || { wait $$programs; exit 1; }; \
+	$(TEST_NICE) $(GO) -C $(PROGRAMS) test -count=1 -timeout 20m ./... & programs=$$!; \
+	$(TEST_NICE) $(GO) test -p 3 -count=1 -timeout 20m $(TEST_FIRST) $$($(GO) list ./... | grep -v '/test/gateways$$' | grep -vxF "$$($(GO) list $(TEST_FIRST))") || { wait $$programs; exit 1; }; \
 	wait $$programs
-	@# The gateway suite runs alone, six scenarios at a time: its gateways and
-	@# client processes beside the e2e suite, or all twelve scenarios at once,
-	@# starved cert-manager on two cores (roots and clients not issued within
-	@# the suite's waits).
-	$(GO) test -count=1 -timeout 20m -parallel 6 ./test/gateways/
+# Inside a lane, one build at a time.
+ifdef TOOLS_LANE
+.NOTPARALLEL:
+endif
 
 .PHONY: test-unit
 test-unit: ## run the tests that need no control plane
