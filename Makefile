@@ -98,6 +98,9 @@ TEST_NICE := nice -n 10
 # The longest packages of make test (end-to-end, soak, the model test).
 TEST_FIRST := ./test/e2e ./test/soak ./bundle
 
+.PHONY: test-tools
+test-tools: control-plane cert-manager gateway-tools helm promtool prometheus image-tools ## build every tool make test needs, and nothing else
+
 .PHONY: test test-lane-gateways test-lane-packages
 test: control-plane cert-manager ## run every test: unit, fuzz seeds, model, integration, end-to-end (real kube-apiserver KUBE_VERSION, default the newest; etcd, cert-manager, mTLS), real gateways (nginx, HAProxy, Traefik) and TLS stacks (curl, gnutls-cli) through rotations, and the dashboard against a real Prometheus
 	@$(MAKE) --no-print-directory -j2 test-lane-gateways test-lane-packages
