@@ -134,6 +134,17 @@ func newPlainTrackerOf(g Gomega, sel ClientSelection, objs ...client.Object) (*c
 	return &clientTracker{reader: reader, selection: sel, namespaces: []string{"agents"}}, reader, store
 }
 
+// requestTransform is the client cache's transform of the
+// CertificateRequests of the clients sel selects, reading them into leaves.
+func requestTransform(sel ClientSelection, leaves *requestLeaves) func(any) (any, error) {
+	for obj, by := range clientCacheOptions(Options{ClientSelector: sel.Labels}, leaves).ByObject {
+		if _, ok := obj.(*cmapi.CertificateRequest); ok {
+			return by.Transform
+		}
+	}
+	panic("the client cache has no transform of CertificateRequests")
+}
+
 // selections are the ways to select the clients of these tests, each
 // alone and all together.
 func selections() map[string]ClientSelection {
@@ -540,12 +551,7 @@ func TestAWriterOfRequestsGainsNothingFromTheClientCache(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	sel := ClientSelection{Labels: labels.SelectorFromSet(agentLabels)}
 	leaves := &requestLeaves{}
-	var transform func(any) (any, error)
-	for obj, by := range clientCacheOptions(Options{ClientSelector: sel.Labels}, leaves).ByObject {
-		if _, ok := obj.(*cmapi.CertificateRequest); ok {
-			transform = by.Transform
-		}
-	}
+	transform := requestTransform(sel, leaves)
 	clock := now
 	tracker := (&clientTracker{selection: sel, namespaces: []string{"agents"}, leaves: leaves, now: func() time.Time { return clock }}).watched()
 	cache := func(cr *cmapi.CertificateRequest) *cmapi.CertificateRequest {
@@ -671,8 +677,9 @@ func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
 		}
 	}
 	tracker := &clientTracker{}
-	g.Expect(tracker.parseAhead(selected, claims)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
-	g.Expect(tracker.parseAhead(nil, claims)).To(BeEmpty(), "no selected client, nothing parsed")
+	claimOn := func(k claimKey) claim { return claims[k] }
+	g.Expect(tracker.parseAhead(selected, claimOn)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
+	g.Expect(tracker.parseAhead(nil, claimOn)).To(BeEmpty(), "no selected client, nothing parsed")
 }
 
 // TestTheClientCacheHoldsWhatObjectsShareOnce: the Certificates and
