@@ -313,6 +313,12 @@ func TestARestartInTheMiddleOfARotationResumes(t *testing.T) {
 	d, _ := s.startOnFirstRoot(o.Syncer())
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2", "root-1"}))
+	// And the reconcile that wrote it done, its record written after the
+	// gateway included: the gauge is set only once the whole pass is.
+	// Stopped between the two writes, the restart would find its record
+	// behind the gateway and take root-2 for new (it did, once, on a busy
+	// machine: a write again, the bundle time restarted).
+	s.g.Eventually(func() float64 { return d.Gauge("dualca_bundle_roots") }).Should(Equal(2.0))
 	before := s.gatewaySecret()
 	d.Stop()
 
