@@ -543,8 +543,9 @@ type clientTracker struct {
 	// heldChanged says held changed since the last read looked at which
 	// ca.crt it still carries.
 	heldChanged bool
-	// memo is what the last read made of each client, when the tracker
-	// is watched (see clientsOf); generation counts the reads.
+	// memo is what the last read made of each client (see clientsOf);
+	// generation counts the reads. A tracker that lists reads new objects
+	// every time, so for it the memo only tells what was seen.
 	memo       map[types.UID]*clientMemo
 	generation uint64
 	// cas holds each distinct ca.crt the held credentials carry, parsed
@@ -553,6 +554,13 @@ type clientTracker struct {
 	// clients. An entry no held credential carries is dropped at the end
 	// of the list that left it unused.
 	cas map[[sha256.Size]byte]clientCA
+}
+
+// claimed is a Certificate and the claim on its current revision (none
+// when it has no revision).
+type claimed struct {
+	cert  *cmapi.Certificate
+	claim claim
 }
 
 // clientMemo is what a read made of a client: from its Certificate cert
@@ -860,7 +868,7 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, claimOn func(claim
 	// what the last read made of it: the cache's objects are never
 	// modified, so the same object is the same content. Only the others
 	// are read again (in a renewal fan-out, a few of tens of thousands).
-	var fresh []*cmapi.Certificate
+	var fresh []claimed
 	for _, crt := range certs {
 		var on claim
 		if crt.Status.Revision != nil {
@@ -873,17 +881,16 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, claimOn func(claim
 			continue
 		}
 		if t.selection.selects(crt) {
-			fresh = append(fresh, crt) // the others: not followed, not remembered
+			fresh = append(fresh, claimed{crt, on}) // the others: not followed, not remembered
 		}
 	}
-	ahead := t.parseAhead(fresh, claimOn)
-	for _, crt := range fresh {
+	ahead := t.parseAhead(fresh)
+	for _, f := range fresh {
+		crt, on := f.cert, f.claim
 		name := crt.Namespace + "/" + crt.Name
 		v := clientView{cert: crt, inFlight: issuing(crt)}
 		c := bundle.Client{Name: name, Failed: failed(crt)}
-		var on claim
 		if crt.Status.Revision != nil {
-			on = claimOn(claimOf(crt))
 			var held *heldCredential
 			held, v.request, v.problem = t.current(crt, on, ahead)
 			if held == nil {
@@ -897,12 +904,10 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, claimOn func(claim
 		}
 		views[name] = v
 		out.Items = append(out.Items, c)
-		if t.index != nil { // a tracker that lists reads new objects every time
-			if t.memo == nil {
-				t.memo = map[types.UID]*clientMemo{}
-			}
-			t.memo[crt.UID] = &clientMemo{cert: crt, claim: on, client: c, view: v, generation: t.generation}
+		if t.memo == nil {
+			t.memo = map[types.UID]*clientMemo{}
 		}
+		t.memo[crt.UID] = &clientMemo{cert: crt, claim: on, client: c, view: v, generation: t.generation}
 	}
 	t.forgetUnseen(views)
 	return out, views
@@ -912,18 +917,7 @@ func (t *clientTracker) clientsOf(certs []*cmapi.Certificate, claimOn func(claim
 // not see (views), and the ca.crt no held credential carries any longer.
 // The caller holds t.mu.
 func (t *clientTracker) forgetUnseen(views map[string]clientView) {
-	if t.index == nil {
-		seen := make(map[types.UID]bool, len(views))
-		for _, v := range views {
-			seen[v.cert.UID] = true
-		}
-		for uid := range t.held {
-			if !seen[uid] {
-				delete(t.held, uid)
-				t.heldChanged = true
-			}
-		}
-	} else if len(t.memo) > len(views) {
+	if len(t.memo) > len(views) {
 		// Every client seen has an entry of this read's generation, and
 		// nothing is held of a client without an entry.
 		for uid, m := range t.memo {
@@ -960,13 +954,13 @@ func (t *clientTracker) forgetUnseen(views map[string]clientView) {
 // cost each read again. The ca.crt are parsed first, once each. What it
 // returns only spares parse the work; parse decides what is held as it
 // always does. The caller holds t.mu.
-func (t *clientTracker) parseAhead(selected []*cmapi.Certificate, claimOn func(claimKey) claim) map[*cmapi.CertificateRequest]parsedLeaf {
+func (t *clientTracker) parseAhead(selected []claimed) map[*cmapi.CertificateRequest]parsedLeaf {
 	var todo []*cmapi.CertificateRequest
-	for _, crt := range selected {
+	for _, s := range selected {
+		crt, c := s.cert, s.claim
 		if crt.Status.Revision == nil {
 			continue
 		}
-		c := claimOn(claimOf(crt))
 		if c.n == 1 && c.name == crt.Name && t.held[crt.UID].request != c.request.UID && t.issued(c.request) {
 			todo = append(todo, c.request)
 		}

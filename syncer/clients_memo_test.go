@@ -24,7 +24,7 @@ import (
 // only the clients whose Certificate or claim changed since its last read
 // and keeps what it made of the others. Through random renewals, requests
 // written beside a client's own (the second claim makes neither believed),
-// their removal, status updates of the same request, Issuing flips,
+// rewritten to claim another client, their removal, status updates of the same request, Issuing flips,
 // failures, and Certificates deleted and made again, every read of the
 // tracker told of each change equals the read of a fresh tracker told of
 // every object as it is then.
@@ -128,7 +128,7 @@ func TestAWatchedTrackerReadsAsAFreshOneWould(t *testing.T) {
 	for step := 1; step <= 150; step++ {
 		ns := names()
 		crt := crts[ns[rng.IntN(len(ns))]].DeepCopy()
-		switch op := rng.IntN(7); op {
+		switch op := rng.IntN(8); op {
 		case 0: // cert-manager renews it: the next request, the revision, the old request deleted
 			old := ownRequest(crt)
 			renewed := crt.DeepCopy()
@@ -176,6 +176,17 @@ func TestAWatchedTrackerReadsAsAFreshOneWould(t *testing.T) {
 			}
 			putCert(crt)
 			check(step, "a failure")
+		case 7: // a forged request is rewritten to claim this client's revision instead
+			for name, forged := range requests {
+				if !strings.HasSuffix(name, "-forged") {
+					continue
+				}
+				moved := request(crt, *crt.Status.Revision, "", forged.Status.Certificate, forged.Status.CA)
+				moved.Name, moved.UID = forged.Name, forged.UID
+				putRequest(moved)
+				break
+			}
+			check(step, "a forged request's claim moved")
 		case 6: // the Certificate is deleted, and made again under a new UID
 			tracker.changed(crts[crt.Name], true)
 			delete(crts, crt.Name)

@@ -667,19 +667,17 @@ func TestOnlySelectedClientsRequestsAreParsedAhead(t *testing.T) {
 	r1 := certs.MustCA(t, "root", 48*time.Hour)
 	_, leaf, _, err := r1.Leaf("x", now.Add(-time.Hour), now.Add(time.Hour))
 	g.Expect(err).NotTo(HaveOccurred())
-	claims := map[claimKey]claim{}
-	var selected []*cmapi.Certificate
+	var selected []claimed
 	for i := range 2 * parseAheadAtLeast {
 		crt := clientCert(fmt.Sprintf("agent-%03d", i), ptr.To(1))
-		claims[claimOf(crt)] = claim{request: request(crt, 1, "", leaf, r1.CertPEM), name: crt.Name, n: 1}
+		c := claim{request: request(crt, 1, "", leaf, r1.CertPEM), name: crt.Name, n: 1}
 		if i%2 == 0 {
-			selected = append(selected, crt)
+			selected = append(selected, claimed{crt, c})
 		}
 	}
 	tracker := &clientTracker{}
-	claimOn := func(k claimKey) claim { return claims[k] }
-	g.Expect(tracker.parseAhead(selected, claimOn)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
-	g.Expect(tracker.parseAhead(nil, claimOn)).To(BeEmpty(), "no selected client, nothing parsed")
+	g.Expect(tracker.parseAhead(selected)).To(HaveLen(parseAheadAtLeast), "the selected clients' requests only")
+	g.Expect(tracker.parseAhead(nil)).To(BeEmpty(), "no selected client, nothing parsed")
 }
 
 // TestTheClientCacheHoldsWhatObjectsShareOnce: the Certificates and
