@@ -88,7 +88,7 @@ func NewMetrics() *Metrics {
 		issuingCurrent: gaugeVec("dualca_issuing_secret_current",
 			"1 when the issuing Secret (--issuing-secret) holds the current root, 0 while it keeps an older one for the gateway to trust the new one first; absent without an issuing Secret.", "secret"),
 		abandoned: gauge("dualca_clients_abandoned",
-			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root, and still not on it."),
+			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root and their Certificate's spec, and still not on it."),
 	}
 }
 

@@ -37,12 +37,21 @@ import (
 // deletes the client's Secret, as the behaviour it reproduces did.
 //
 // Renewals are bounded: a client is triggered at most maxTriggersPerRoot
-// times on one root. A client that cert-manager re-issues and that still
-// does not land on the current root (its Issuer is another CA, say) would
-// otherwise be triggered again at every reconcile for as long as the
-// rotation lasts. Past the bound it is reported instead, once per client
-// and root: a Warning ClientRenewalAbandoned event and the
-// dualca_clients_abandoned gauge. A new root starts every count afresh.
+// times on one root and one version of its Certificate's spec (its
+// metadata.generation). A client that cert-manager re-issues and that
+// still does not land on the current root (its Issuer is another CA, say)
+// would otherwise be triggered again at every reconcile for as long as the
+// rotation lasts. Past the bound it is reported instead, once per client,
+// root and spec: a Warning ClientRenewalAbandoned event and the
+// dualca_clients_abandoned gauge. A new root starts every count afresh, and
+// so does a change to the client's spec: the operator who points the
+// Certificate back at the right Issuer expects it to move now, not at the
+// next root (cert-manager does not re-issue it on its own then: the
+// Secret's issuer is the right one again, and it backs off from the failed
+// issuances for hours). A writer of a client namespace who keeps editing a
+// Certificate gains a trigger of that Certificate per edit at most, no
+// faster than one per actedFor, through the bucket every trigger shares:
+// no more than cmctl renew on it would give them.
 
 // reasonClientRenewalAbandoned is the Warning event of a client whose
 // renewal dualca stopped triggering on the current root.
@@ -85,20 +94,27 @@ type renewer struct {
 	// of them is older than the action, and queueing them again would spend
 	// a token of the bucket on a client that needs nothing.
 	acted map[types.NamespacedName]time.Time
-	// triggers count the renewals triggered of each client on one root;
-	// a client's count restarts at a root of another fingerprint.
+	// triggers count the renewals triggered of each client on one root and
+	// spec; a client's count restarts at another root or spec.
 	triggers map[types.NamespacedName]triggerCount
-	// abandoned are the clients no longer triggered, with the root they
-	// were abandoned on: each is reported once per root.
-	abandoned map[types.NamespacedName]string
+	// abandoned are the clients no longer triggered, with the root and spec
+	// they were abandoned on: each is reported once per root and spec.
+	abandoned map[types.NamespacedName]attempt
 	// report tells of clients abandoned; nil reports nothing (tests).
 	report func([]abandonedClient)
 }
 
-// triggerCount is how many times a client was triggered on root.
+// triggerCount is how many times a client was triggered on one attempt.
 type triggerCount struct {
-	root string
-	n    int
+	on attempt
+	n  int
+}
+
+// attempt is what a client's triggers are counted on: the root it is to
+// move to and the generation of its Certificate's spec.
+type attempt struct {
+	root       string
+	generation int64
 }
 
 // abandonedClient is a client whose renewal dualca stopped triggering.
@@ -120,11 +136,20 @@ type dueClient struct {
 	// client hold; nil when it had none.
 	revision *int
 	// root is the fingerprint of the root the client is to move to, the
-	// current one: what its triggers are counted on.
+	// current one: what its triggers are counted on, with its spec.
 	root string
 	// cert is the client's Certificate as seen (the cache's: read only),
 	// what an abandoned client's event refers to; nil when unknown.
 	cert *cmapi.Certificate
+}
+
+// attempt is what the client's triggers are counted on.
+func (d dueClient) attempt() attempt {
+	a := attempt{root: d.root}
+	if d.cert != nil {
+		a.generation = d.cert.Generation
+	}
+	return a
 }
 
 // renewalRateLimiter is the token bucket with jitter for every trigger,
@@ -189,7 +214,7 @@ func newRenewer(strategy strategy, o Options) *renewer {
 		backoff:   map[types.NamespacedName]bool{},
 		acted:     map[types.NamespacedName]time.Time{},
 		triggers:  map[types.NamespacedName]triggerCount{},
-		abandoned: map[types.NamespacedName]string{},
+		abandoned: map[types.NamespacedName]attempt{},
 	}
 }
 
@@ -212,8 +237,8 @@ func (w *renewer) reportTo(rec recorder.EventRecorder, gateway func(context.Cont
 				related = c.cert
 			}
 			rec.Eventf(gw, related, corev1.EventTypeWarning, reasonClientRenewalAbandoned, "Renew",
-				"client %s: renewal triggered %d times on root %s and still not on it; not triggered again until the next root. "+
-					"Check the Issuer of its Certificate: it must be the CA Issuer of the root Secret",
+				"client %s: renewal triggered %d times on root %s and still not on it; not triggered again until the next root "+
+					"or a change to its Certificate's spec. Check the Issuer of its Certificate: it must be the CA Issuer of the root Secret",
 				c.key, maxTriggersPerRoot, bundle.Short(c.root))
 		}
 	}
@@ -263,10 +288,10 @@ func (w *renewer) take(due map[types.NamespacedName]dueClient, inFlight map[type
 	added, stopped := 0, 0
 	var abandoned []abandonedClient
 	for key, d := range due {
-		if c := w.triggers[key]; c.root == d.root && c.n >= maxTriggersPerRoot {
+		if c := w.triggers[key]; c.on == d.attempt() && c.n >= maxTriggersPerRoot {
 			stopped++
-			if w.abandoned[key] != d.root {
-				w.abandoned[key] = d.root
+			if w.abandoned[key] != c.on {
+				w.abandoned[key] = c.on
 				abandoned = append(abandoned, abandonedClient{key: key, root: d.root, cert: d.cert})
 			}
 			continue
@@ -296,12 +321,12 @@ func (w *renewer) forgetOtherRoots(due map[types.NamespacedName]dueClient) {
 		return
 	}
 	for key, c := range w.triggers {
-		if c.root != root {
+		if c.on.root != root {
 			delete(w.triggers, key)
 		}
 	}
-	for key, r := range w.abandoned {
-		if r != root {
+	for key, a := range w.abandoned {
+		if a.root != root {
 			delete(w.abandoned, key)
 		}
 	}
@@ -368,7 +393,7 @@ func (w *renewer) next(ctx context.Context) bool {
 	if due {
 		acted, err = w.strategy.Renew(ctx, key, d.revision)
 	}
-	result := w.settle(key, d.root, acted, err)
+	result := w.settle(key, d.attempt(), acted, err)
 	log := logf.FromContext(ctx).WithValues("client", key.String())
 	switch result {
 	case renewalFailed:
@@ -384,8 +409,8 @@ func (w *renewer) next(ctx context.Context) bool {
 
 // settle records what became of a client taken from the queue: a failure
 // is queued again with backoff, an action is remembered and counted on
-// root. It returns the result, for logs and metrics.
-func (w *renewer) settle(key types.NamespacedName, root string, acted bool, err error) string {
+// the attempt. It returns the result, for logs and metrics.
+func (w *renewer) settle(key types.NamespacedName, on attempt, acted bool, err error) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.queued, key)
@@ -397,8 +422,8 @@ func (w *renewer) settle(key types.NamespacedName, root string, acted bool, err 
 	case acted:
 		w.acted[key] = w.now()
 		c := w.triggers[key]
-		if c.root != root {
-			c = triggerCount{root: root}
+		if c.on != on {
+			c = triggerCount{on: on}
 		}
 		c.n++
 		w.triggers[key] = c

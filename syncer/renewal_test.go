@@ -206,6 +206,65 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 	g.Expect(w.triggers).To(HaveLen(1), "R2's counts are forgotten: %v", w.triggers)
 }
 
+// TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges: a client
+// abandoned while its Issuer could not sign (the soak's broken issuer) is
+// triggered again once its Certificate's spec changes (pointed back at the
+// right Issuer), on the same root, and counted afresh on the new spec;
+// updates of its status alone (cert-manager failing again) change nothing.
+// Before, it stayed abandoned until the next root, and the rotation could
+// not retire the old one.
+func TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	fake := &fakeNow{t: time.Now()}
+	counted := &countedRenewals{}
+	w := newRenewer(counted, testOptions())
+	w.now = fake.now
+	var reported []abandonedClient
+	w.report = func(c []abandonedClient) { reported = append(reported, c...) }
+	defer w.queue.ShutDown()
+	ctx := t.Context()
+	stuck := key("stuck")
+	crt := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: stuck.Namespace, Name: stuck.Name, Generation: 2}}
+	due := func(c *cmapi.Certificate) map[types.NamespacedName]dueClient {
+		return map[types.NamespacedName]dueClient{stuck: {root: "R2", cert: c}}
+	}
+	trigger := func(c *cmapi.Certificate) int {
+		n := w.update(due(c), nil)
+		for range n {
+			g.Expect(w.next(ctx)).To(BeTrue())
+		}
+		fake.t = fake.t.Add(actedFor)
+		return n
+	}
+
+	for range maxTriggersPerRoot {
+		g.Expect(trigger(crt)).To(Equal(1))
+	}
+	g.Expect(trigger(crt)).To(Equal(0), "abandoned on R2 at generation 2")
+	g.Expect(reported).To(HaveLen(1))
+	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
+
+	failedAgain := crt.DeepCopy()
+	failedAgain.Status.LastFailureTime = &metav1.Time{Time: fake.t}
+	failedAgain.ResourceVersion = "9"
+	g.Expect(trigger(failedAgain)).To(Equal(0), "a new status is no new spec")
+
+	healed := failedAgain.DeepCopy()
+	healed.Generation = 3
+	healed.Spec.IssuerRef.Name = "the-root-ca"
+	g.Expect(trigger(healed)).To(Equal(1), "its spec changed: triggered again on the same root")
+	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(BeZero(), "no longer abandoned")
+	for range maxTriggersPerRoot - 1 {
+		g.Expect(trigger(healed)).To(Equal(1))
+	}
+	g.Expect(trigger(healed)).To(Equal(0), "the bound holds on the new spec")
+	g.Expect(counted.times(stuck)).To(Equal(2 * maxTriggersPerRoot))
+	g.Expect(reported).To(HaveLen(2), "reported again, for the new spec")
+	g.Expect(reported[1].root).To(Equal("R2"))
+	g.Expect(reported[1].cert.Generation).To(Equal(int64(3)))
+}
+
 // TestAnAbandonedClientIsAWarningOnTheGatewaySecret: the report is one
 // Warning per client on the gateway Secret, the client's Certificate as
 // the related object (the events API would fold several clients' events
