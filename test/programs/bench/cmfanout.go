@@ -188,12 +188,17 @@ const floorBurst = 10
 // workers as dualca's renewer, and returns once every trigger is written,
 // with the count of conflicts that made it read a Certificate again.
 func (b *bench) floorTrigger(ctx context.Context, crts []cmapi.Certificate) (int64, error) {
+	return b.floorTriggerAt(ctx, crts, b.opts.qps)
+}
+
+// floorTriggerAt is floorTrigger at qps triggers a second.
+func (b *bench) floorTriggerAt(ctx context.Context, crts []cmapi.Certificate, qps float64) (int64, error) {
 	began := time.Now()
 	var rereads, skipped atomic.Int64
 	defer func() {
 		b.log("the floor's triggers: %d written in %s, %d conflicts read again, %d already Issuing", len(crts), time.Since(began).Round(time.Millisecond), rereads.Load(), skipped.Load())
 	}()
-	limiter := rate.NewLimiter(rate.Limit(b.opts.qps), floorBurst)
+	limiter := rate.NewLimiter(rate.Limit(qps), floorBurst)
 	work := make(chan *cmapi.Certificate)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -207,7 +212,7 @@ func (b *bench) floorTrigger(ctx context.Context, crts []cmapi.Certificate) (int
 		}
 		return nil
 	})
-	for range syncer.RenewalWorkers(b.opts.qps) {
+	for range syncer.RenewalWorkers(qps) {
 		g.Go(func() error {
 			for crt := range work {
 				if err := limiter.Wait(ctx); err != nil {

@@ -5,12 +5,16 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/test/lib/sizing"
@@ -24,7 +28,8 @@ import (
 // reconcile time at rest, and the fan-out of renewal triggers at
 // --renewal-qps=500 when the root rotates. Last, 10,000 issued Certificates
 // of no selected client join a client namespace, and the memory is
-// measured again.
+// measured again; and the largest point's fan-out has its floor measured
+// (scaleFloor).
 func (b *bench) scale(ctx context.Context) error {
 	b.report.touches = b.opts.touches
 	if claim, err := sizing.Claim(b.root); err != nil {
@@ -54,6 +59,10 @@ func (b *bench) scale(ctx context.Context) error {
 		}
 		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s",
 			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal)
+		if f := pt.floor; f.clients > 0 {
+			b.log("scale %d clients: the fan-out's floor %s for ideal %s (%d conflicts read again), API peak %.0f req/s",
+				n, f.total.Round(time.Millisecond), f.ideal, f.rereads, f.peakRate)
+		}
 	}
 	return nil
 }
@@ -143,8 +152,92 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 	if cg != nil {
 		pt.check = b.limitHeld(ctx, p, gw, roots[1].Cert)
 	}
+	if withOrphans {
+		// The largest point: the floor of its fan-out, dualca stopped.
+		p.stop()
+		if pt.floor, err = b.scaleFloor(ctx, w.ns, n); err != nil {
+			return pt, fmt.Errorf("the fan-out's floor: %w", err)
+		}
+	}
 	return pt, nil
 }
+
+// scaleFloor is the floor of the fan-out over the n selected clients of
+// ns: with dualca stopped, the Issuing condition dualca set is taken off
+// every client (untimed, at full speed), then a trivial loop sets it again
+// with the requests dualca's renewer sends per client (floorTriggerAt),
+// at dualca's --renewal-qps and over as many workers, from copies as
+// current as dualca's cache (those the clearing wrote). It is timed as
+// dualca's fan-out is: from the first Issuing=True the watch sees to the
+// last. The floor does nothing else: no watch of the clients, no decision,
+// no gateway write.
+func (b *bench) scaleFloor(ctx context.Context, ns string, n int) (fanoutResult, error) {
+	list := &cmapi.CertificateList{}
+	if err := b.cluster.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clientLabel: "agent"}); err != nil {
+		return fanoutResult{}, err
+	}
+	if len(list.Items) != n {
+		return fanoutResult{}, fmt.Errorf("listed %d selected clients, not %d", len(list.Items), n)
+	}
+	began := time.Now()
+	if err := b.clearIssuing(ctx, list.Items); err != nil {
+		return fanoutResult{}, err
+	}
+	b.log("the floor: Issuing taken off %d clients in %s", n, time.Since(began).Round(time.Second))
+	triggered, err := b.watchIssuing(ctx, ns)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	rates := b.sampleRequestRate(ctx)
+	rereads, err := b.floorTriggerAt(ctx, list.Items, scaleQPS)
+	if err != nil {
+		return fanoutResult{}, err
+	}
+	ideal := time.Duration(float64(n) / scaleQPS * float64(time.Second))
+	if err := triggered.waitAll(ctx, n, fanoutBound(ideal)); err != nil {
+		return fanoutResult{}, err
+	}
+	time.Sleep(time.Second) // the tail of the request rate, as for dualca's
+	r := rates.stop()
+	first, last := triggered.span()
+	return fanoutResult{clients: n, qps: scaleQPS, total: last.Sub(first), ideal: ideal,
+		peakRate: r.peak, meanRate: r.mean(first, last), rereads: rereads}, nil
+}
+
+// clearIssuing takes the Issuing condition off every Certificate of crts,
+// as fast as the API server takes it, and leaves in crts what it wrote.
+func (b *bench) clearIssuing(ctx context.Context, crts []cmapi.Certificate) error {
+	work := make(chan *cmapi.Certificate)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(work)
+		for i := range crts {
+			select {
+			case work <- &crts[i]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	for range clearWorkers {
+		g.Go(func() error {
+			for crt := range work {
+				crt.Status.Conditions = slices.DeleteFunc(crt.Status.Conditions, func(c cmapi.CertificateCondition) bool {
+					return c.Type == cmapi.CertificateConditionIssuing
+				})
+				if err := b.cluster.Client.Status().Update(ctx, crt); err != nil {
+					return fmt.Errorf("taking Issuing off %s: %w", crt.Name, err)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// clearWorkers is how many status updates clearIssuing has in flight.
+const clearWorkers = 16
 
 // limitCheck is the chart's memory limit at the largest size it claims:
 // that scale point's dualca runs in a memory cgroup whose limit is the
@@ -286,6 +379,8 @@ type scalePoint struct {
 	rss       int64
 	reconcile histogramQuantiles
 	fanout    fanoutResult
+	// floor is the fan-out's floor (scaleFloor), at the largest point only.
+	floor fanoutResult
 	// churn are the reconciles from the rotation to the last trigger of
 	// the fan-out, a window of churnWindow: every trigger is a client's
 	// change.
