@@ -74,4 +74,14 @@ func TestAtRestThePollsReadsAreAllItSends(t *testing.T) {
 	}
 	s.g.Expect(others).To(BeEmpty(), "at rest, no request but the poll's reads (and watches)")
 	s.g.Expect(reads).To(BeNumerically(">=", 2*polls), "each poll read the root and the gateway")
+	// Nothing came compressed, the watches and their initial lists
+	// included: the API server compressed each watch event of a client
+	// that accepts gzip, and dualca decompressed it (syncer.uncompressed).
+	var compressed []string
+	for _, r := range d.Requests() {
+		if r.Compressed {
+			compressed = append(compressed, r.String())
+		}
+	}
+	s.g.Expect(compressed).To(BeEmpty(), "dualca asks for uncompressed answers")
 }

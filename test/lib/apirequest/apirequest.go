@@ -25,6 +25,9 @@ type Request struct {
 	// (sendInitialEvents=true): a streaming list, which client-go's
 	// informers use instead of a list where the API server supports it.
 	InitialEvents bool
+	// Compressed says the answer came gzip-compressed (the transport
+	// decompressed it): the client accepted gzip.
+	Compressed bool
 }
 
 // Writes reports whether the request writes: a create, update, patch or
@@ -114,7 +117,7 @@ func (l *Log) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return transportFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if r, ok := Parse(req); ok && err == nil {
-			r.Code = resp.StatusCode
+			r.Code, r.Compressed = resp.StatusCode, resp.Uncompressed
 			l.mu.Lock()
 			l.reqs = append(l.reqs, r)
 			l.mu.Unlock()
