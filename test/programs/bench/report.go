@@ -515,7 +515,7 @@ func (r *report) writeScaleTarget(p func(string, ...any)) {
 		over := (f.total.Seconds()/f.ideal.Seconds() - 1) * 100
 		floor := "the floor not measured"
 		if fl := last.floor; fl.clients > 0 {
-			floor = fmt.Sprintf("the floor, a trivial loop at the same rate with the same requests, timed alike: %s for %s: %+.1f %%",
+			floor = fmt.Sprintf("the floor, a trivial loop at the same rate with the same requests, from its first write to its last write's return: %s for %s: %+.1f %%",
 				fl.total.Round(time.Millisecond), fl.ideal, (fl.total.Seconds()/fl.ideal.Seconds()-1)*100)
 		}
 		p("| the %d-client fan-out within 10 %% of ideal (over ideal ≤ +10.0 %%) | %s for %s: %+.1f %% (%s) | %s |", last.clients, f.total.Round(time.Millisecond), f.ideal, over, floor, verdict(over <= 10))

@@ -167,10 +167,13 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 // every client (untimed, at full speed), then a trivial loop sets it again
 // with the requests dualca's renewer sends per client (floorTriggerAt),
 // at dualca's --renewal-qps and over as many workers, from copies as
-// current as dualca's cache (those the clearing wrote). It is timed as
-// dualca's fan-out is: from the first Issuing=True the watch sees to the
-// last. The floor does nothing else: no watch of the clients, no decision,
-// no gateway write.
+// current as dualca's cache (those the clearing wrote). The floor does
+// nothing else: no watch of the clients, no decision, no gateway write.
+// It is timed from its first write to its last write's return: a watch of
+// the clients, which times dualca's fan-out, lost its place in a first
+// run under the load of 50,000 writes (14,100 of the 50,000 triggers
+// seen), and the writes' own returns come no later than their watch
+// events, so the floor is, if anything, lower than one timed by a watch.
 func (b *bench) scaleFloor(ctx context.Context, ns string, n int) (fanoutResult, error) {
 	list := &cmapi.CertificateList{}
 	if err := b.cluster.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clientLabel: "agent"}); err != nil {
@@ -184,22 +187,15 @@ func (b *bench) scaleFloor(ctx context.Context, ns string, n int) (fanoutResult,
 		return fanoutResult{}, err
 	}
 	b.log("the floor: Issuing taken off %d clients in %s", n, time.Since(began).Round(time.Second))
-	triggered, err := b.watchIssuing(ctx, ns)
-	if err != nil {
-		return fanoutResult{}, err
-	}
 	rates := b.sampleRequestRate(ctx)
+	first := time.Now()
 	rereads, err := b.floorTriggerAt(ctx, list.Items, scaleQPS)
 	if err != nil {
 		return fanoutResult{}, err
 	}
-	ideal := time.Duration(float64(n) / scaleQPS * float64(time.Second))
-	if err := triggered.waitAll(ctx, n, fanoutBound(ideal)); err != nil {
-		return fanoutResult{}, err
-	}
-	time.Sleep(time.Second) // the tail of the request rate, as for dualca's
+	last := time.Now()
 	r := rates.stop()
-	first, last := triggered.span()
+	ideal := time.Duration(float64(n) / scaleQPS * float64(time.Second))
 	return fanoutResult{clients: n, qps: scaleQPS, total: last.Sub(first), ideal: ideal,
 		peakRate: r.peak, meanRate: r.mean(first, last), rereads: rereads}, nil
 }
