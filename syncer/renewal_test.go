@@ -148,14 +148,7 @@ func TestRenewerLeavesAClientActedOnAlone(t *testing.T) {
 func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	fake := &fakeNow{t: time.Now()}
-	counted := &countedRenewals{}
-	w := newRenewer(counted, testOptions())
-	w.now = fake.now
-	var reported []abandonedClient
-	w.report = func(c []abandonedClient) { reported = append(reported, c...) }
-	defer w.queue.ShutDown()
-	ctx := t.Context()
+	w, counted, reported, trigger := newTriggerCounting(t, g)
 	stuck, other := key("stuck"), key("other")
 	on := func(root string, keys ...types.NamespacedName) map[types.NamespacedName]dueClient {
 		due := map[types.NamespacedName]dueClient{}
@@ -164,33 +157,23 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 		}
 		return due
 	}
-	// trigger queues the due clients and lets a worker act on each; the
-	// acted-on wait then runs out, and the clients still look due.
-	trigger := func(due map[types.NamespacedName]dueClient) int {
-		n := w.update(due, nil)
-		for range n {
-			g.Expect(w.next(ctx)).To(BeTrue())
-		}
-		fake.t = fake.t.Add(actedFor)
-		return n
-	}
 
 	for i := range maxTriggersPerRoot {
 		g.Expect(trigger(on("R2", stuck))).To(Equal(1), "trigger %d on R2", i+1)
 	}
 	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot))
-	g.Expect(reported).To(BeEmpty(), "not abandoned before it is seen due once more")
+	g.Expect(*reported).To(BeEmpty(), "not abandoned before it is seen due once more")
 	g.Expect(trigger(on("R2", stuck, other))).To(Equal(1), "only the other client is queued")
 	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot), "no fourth trigger on R2")
-	g.Expect(reported).To(HaveLen(1))
-	g.Expect(reported[0].key).To(Equal(stuck))
-	g.Expect(reported[0].root).To(Equal("R2"))
+	g.Expect(*reported).To(HaveLen(1))
+	g.Expect((*reported)[0].key).To(Equal(stuck))
+	g.Expect((*reported)[0].root).To(Equal("R2"))
 	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
 	for range 5 {
 		g.Expect(w.update(on("R2", stuck), nil)).To(Equal(0))
 	}
 	g.Expect(counted.times(stuck)).To(Equal(maxTriggersPerRoot), "still none, however many reconciles")
-	g.Expect(reported).To(HaveLen(1), "reported once per client and root")
+	g.Expect(*reported).To(HaveLen(1), "reported once per client and root")
 
 	// A new root: the count starts afresh, and the bound holds again.
 	g.Expect(trigger(on("R3", stuck))).To(Equal(1), "triggered again on a new root")
@@ -200,8 +183,8 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 	}
 	g.Expect(trigger(on("R3", stuck))).To(Equal(0))
 	g.Expect(counted.times(stuck)).To(Equal(2 * maxTriggersPerRoot))
-	g.Expect(reported).To(HaveLen(2))
-	g.Expect(reported[1].root).To(Equal("R3"), "reported again, for the new root")
+	g.Expect(*reported).To(HaveLen(2))
+	g.Expect((*reported)[1].root).To(Equal("R3"), "reported again, for the new root")
 	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
 	g.Expect(w.triggers).To(HaveLen(1), "R2's counts are forgotten: %v", w.triggers)
 }
@@ -216,37 +199,22 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 func TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	fake := &fakeNow{t: time.Now()}
-	counted := &countedRenewals{}
-	w := newRenewer(counted, testOptions())
-	w.now = fake.now
-	var reported []abandonedClient
-	w.report = func(c []abandonedClient) { reported = append(reported, c...) }
-	defer w.queue.ShutDown()
-	ctx := t.Context()
+	w, counted, reported, triggerDue := newTriggerCounting(t, g)
 	stuck := key("stuck")
 	crt := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: stuck.Namespace, Name: stuck.Name, Generation: 2}}
-	due := func(c *cmapi.Certificate) map[types.NamespacedName]dueClient {
-		return map[types.NamespacedName]dueClient{stuck: {root: "R2", cert: c}}
-	}
 	trigger := func(c *cmapi.Certificate) int {
-		n := w.update(due(c), nil)
-		for range n {
-			g.Expect(w.next(ctx)).To(BeTrue())
-		}
-		fake.t = fake.t.Add(actedFor)
-		return n
+		return triggerDue(map[types.NamespacedName]dueClient{stuck: {root: "R2", cert: c}})
 	}
 
 	for range maxTriggersPerRoot {
 		g.Expect(trigger(crt)).To(Equal(1))
 	}
 	g.Expect(trigger(crt)).To(Equal(0), "abandoned on R2 at generation 2")
-	g.Expect(reported).To(HaveLen(1))
+	g.Expect(*reported).To(HaveLen(1))
 	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
 
 	failedAgain := crt.DeepCopy()
-	failedAgain.Status.LastFailureTime = &metav1.Time{Time: fake.t}
+	failedAgain.Status.LastFailureTime = &metav1.Time{Time: w.now()}
 	failedAgain.ResourceVersion = "9"
 	g.Expect(trigger(failedAgain)).To(Equal(0), "a new status is no new spec")
 
@@ -260,9 +228,35 @@ func TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges(t *testing.T) {
 	}
 	g.Expect(trigger(healed)).To(Equal(0), "the bound holds on the new spec")
 	g.Expect(counted.times(stuck)).To(Equal(2 * maxTriggersPerRoot))
-	g.Expect(reported).To(HaveLen(2), "reported again, for the new spec")
-	g.Expect(reported[1].root).To(Equal("R2"))
-	g.Expect(reported[1].cert.Generation).To(Equal(int64(3)))
+	g.Expect(*reported).To(HaveLen(2), "reported again, for the new spec")
+	g.Expect((*reported)[1].root).To(Equal("R2"))
+	g.Expect((*reported)[1].cert.Generation).To(Equal(int64(3)))
+}
+
+// newTriggerCounting is a renewer on a fake clock whose renewals are
+// counted and whose abandoned clients are collected in *reported, with
+// trigger: it queues the due clients and lets a worker act on each, then
+// lets the acted-on wait run out, so that the clients still look due; it
+// returns how many were queued.
+func newTriggerCounting(t *testing.T, g Gomega) (w *renewer, counted *countedRenewals, reported *[]abandonedClient,
+	trigger func(map[types.NamespacedName]dueClient) int) {
+	fake := &fakeNow{t: time.Now()}
+	counted = &countedRenewals{}
+	w = newRenewer(counted, testOptions())
+	w.now = fake.now
+	reported = &[]abandonedClient{}
+	w.report = func(c []abandonedClient) { *reported = append(*reported, c...) }
+	t.Cleanup(w.queue.ShutDown)
+	ctx := t.Context()
+	trigger = func(due map[types.NamespacedName]dueClient) int {
+		n := w.update(due, nil)
+		for range n {
+			g.Expect(w.next(ctx)).To(BeTrue())
+		}
+		fake.t = fake.t.Add(actedFor)
+		return n
+	}
+	return w, counted, reported, trigger
 }
 
 // TestAnAbandonedClientIsAWarningOnTheGatewaySecret: the report is one

@@ -199,6 +199,21 @@ func (b *bench) floorTriggerAt(ctx context.Context, crts []cmapi.Certificate, qp
 		b.log("the floor's triggers: %d written in %s, %d conflicts read again, %d already Issuing", len(crts), time.Since(began).Round(time.Millisecond), rereads.Load(), skipped.Load())
 	}()
 	limiter := rate.NewLimiter(rate.Limit(qps), floorBurst)
+	err := eachCertificate(ctx, crts, syncer.RenewalWorkers(qps), func(ctx context.Context, crt *cmapi.Certificate) error {
+		if err := limiter.Wait(ctx); err != nil {
+			return err
+		}
+		if err := b.setIssuing(ctx, crt, &rereads, &skipped); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		return nil
+	})
+	return rereads.Load(), err
+}
+
+// eachCertificate calls do with each Certificate of crts, workers at a
+// time, until one fails.
+func eachCertificate(ctx context.Context, crts []cmapi.Certificate, workers int, do func(context.Context, *cmapi.Certificate) error) error {
 	work := make(chan *cmapi.Certificate)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -212,21 +227,17 @@ func (b *bench) floorTriggerAt(ctx context.Context, crts []cmapi.Certificate, qp
 		}
 		return nil
 	})
-	for range syncer.RenewalWorkers(qps) {
+	for range workers {
 		g.Go(func() error {
 			for crt := range work {
-				if err := limiter.Wait(ctx); err != nil {
+				if err := do(ctx, crt); err != nil {
 					return err
-				}
-				if err := b.setIssuing(ctx, crt, &rereads, &skipped); err != nil {
-					return fmt.Errorf("floor: %w", err)
 				}
 			}
 			return nil
 		})
 	}
-	err := g.Wait()
-	return rereads.Load(), err
+	return g.Wait()
 }
 
 // setIssuing sets Issuing=True on crt, as `cmctl renew` and dualca do:

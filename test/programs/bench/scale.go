@@ -10,7 +10,6 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -203,33 +202,15 @@ func (b *bench) scaleFloor(ctx context.Context, ns string, n int) (fanoutResult,
 // clearIssuing takes the Issuing condition off every Certificate of crts,
 // as fast as the API server takes it, and leaves in crts what it wrote.
 func (b *bench) clearIssuing(ctx context.Context, crts []cmapi.Certificate) error {
-	work := make(chan *cmapi.Certificate)
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		defer close(work)
-		for i := range crts {
-			select {
-			case work <- &crts[i]:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+	return eachCertificate(ctx, crts, clearWorkers, func(ctx context.Context, crt *cmapi.Certificate) error {
+		crt.Status.Conditions = slices.DeleteFunc(crt.Status.Conditions, func(c cmapi.CertificateCondition) bool {
+			return c.Type == cmapi.CertificateConditionIssuing
+		})
+		if err := b.cluster.Client.Status().Update(ctx, crt); err != nil {
+			return fmt.Errorf("taking Issuing off %s: %w", crt.Name, err)
 		}
 		return nil
 	})
-	for range clearWorkers {
-		g.Go(func() error {
-			for crt := range work {
-				crt.Status.Conditions = slices.DeleteFunc(crt.Status.Conditions, func(c cmapi.CertificateCondition) bool {
-					return c.Type == cmapi.CertificateConditionIssuing
-				})
-				if err := b.cluster.Client.Status().Update(ctx, crt); err != nil {
-					return fmt.Errorf("taking Issuing off %s: %w", crt.Name, err)
-				}
-			}
-			return nil
-		})
-	}
-	return g.Wait()
 }
 
 // clearWorkers is how many status updates clearIssuing has in flight.
