@@ -49,9 +49,10 @@ import (
 // next root (cert-manager does not re-issue it on its own then: the
 // Secret's issuer is the right one again, and it backs off from the failed
 // issuances for hours). A writer of a client namespace who keeps editing a
-// Certificate gains a trigger of that Certificate per edit at most, no
-// faster than one per actedFor, through the bucket every trigger shares:
-// no more than cmctl renew on it would give them.
+// Certificate gains at most maxTriggersPerRoot triggers of that
+// Certificate per edit, no faster than one per actedFor, through the
+// bucket every trigger shares: no more than cmctl renew on it would give
+// them.
 
 // reasonClientRenewalAbandoned is the Warning event of a client whose
 // renewal dualca stopped triggering on the current root.
