@@ -233,6 +233,29 @@ func TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges(t *testing.T) {
 	g.Expect((*reported)[1].cert.Generation).To(Equal(int64(3)))
 }
 
+// TestEditingACertificateDoesNotOutpaceActedFor plays a writer of a client
+// namespace who edits an abandoned client's Certificate at every
+// reconcile: each new spec may start a fresh count, but the client is
+// still triggered no more than once per actedFor.
+func TestEditingACertificateDoesNotOutpaceActedFor(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	fake := &fakeNow{t: time.Now()}
+	counted := &countedRenewals{}
+	w := newRenewer(counted, testOptions())
+	w.now = fake.now
+	t.Cleanup(w.queue.ShutDown)
+	edited := key("edited")
+	for generation := int64(1); generation <= 20; generation++ {
+		crt := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Namespace: edited.Namespace, Name: edited.Name, Generation: generation}}
+		for range w.update(map[types.NamespacedName]dueClient{edited: {root: "R2", cert: crt}}, nil) {
+			g.Expect(w.next(t.Context())).To(BeTrue())
+		}
+		fake.t = fake.t.Add(actedFor / 10)
+	}
+	g.Expect(counted.times(edited)).To(Equal(2), "20 edits over 2 actedFor periods: one trigger per period")
+}
+
 // newTriggerCounting is a renewer on a fake clock whose renewals are
 // counted and whose abandoned clients are collected in *reported, with
 // trigger: it queues the due clients and lets a worker act on each, then
