@@ -63,7 +63,17 @@ type Clients struct {
 	// is known of the clients, roots are kept until they expire and the
 	// server switches only when the grace period ends.
 	Tracked bool
-	Items   []Client
+	// Unread says the clients are tracked but not read yet: dualca has
+	// just started and its cache of them is still loading, which at tens
+	// of thousands of clients takes longer than bringing the gateway in
+	// sync. Items is then empty and means nothing; every decision treats
+	// the clients fail-safe, as one Unknown client: no root is retired but
+	// by expiry, the server switches only when it must (the grace period
+	// over, an expiry, a full chain, a promote), no client is renewed, and
+	// the progress and the readiness stamp recorded before stay as they
+	// were, neither acted on nor overwritten, until the clients are read.
+	Unread bool
+	Items  []Client
 	// Memory remembers the signature checks of the decisions made over
 	// these clients. The syncer keeps one for as long as it runs, so that a
 	// reconcile at rest checks no signature again; nil, a decision checks

@@ -139,7 +139,7 @@ func (p *planning) settlePromote(promote string, serverRoot *x509.Certificate, s
 func (p *planning) promotedSwitch() switchDecision {
 	why := "promoted by the operator (dualca promote)"
 	if p.clients.Tracked {
-		why += fmt.Sprintf(" with %d clients not on the new root", p.progress.Pending+p.progress.Failed)
+		why += " with " + p.notOnRoot()
 	}
 	if p.paused {
 		why += "; renewals stay paused"

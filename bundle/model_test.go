@@ -76,6 +76,12 @@ type model struct {
 	// server has switched and settled), and the hidden clients back in view
 	// by a renewal or as they were
 	hiddenDecisions, heldForHidden, revealedRenewed, revealedAsWas int
+	// unread is how many reconciles after a restart still find the client
+	// cache loading (bundle.Clients.Unread); unreadDecisions counts the
+	// decisions made so, unreadKept those that kept a root unexpired that
+	// no client uses, unreadForced the switches made while unread.
+	unread                                    int
+	unreadDecisions, unreadKept, unreadForced int
 	// the operator's actions, and what they made happen
 	pauses, resumes, promotes                    int
 	heldRenewals, promotedSwitches, pausedForced int
@@ -238,6 +244,10 @@ func (m *model) clientView() bundle.Clients {
 	if !m.tracked {
 		return cs
 	}
+	if m.unread > 0 {
+		cs.Unread = true
+		return cs
+	}
 	for _, c := range m.clients {
 		if c.hidden {
 			// Whether its last renewal failed is on the Certificate, which
@@ -252,12 +262,13 @@ func (m *model) clientView() bundle.Clients {
 
 // hiddenInView reports whether the view Plan gets holds an unknown client.
 func (m *model) hiddenInView() bool {
-	return m.tracked && slices.ContainsFunc(m.clients, func(c *modelClient) bool { return c.hidden })
+	return m.tracked && (m.unread > 0 || slices.ContainsFunc(m.clients, func(c *modelClient) bool { return c.hidden }))
 }
 
 // reconcile is one pass of the syncer: validate the root, decide, write
 // only on change, then trigger the renewals the decision asks for.
 func (m *model) reconcile() {
+	defer func() { m.unread = max(0, m.unread-1) }() // each reconcile is one more the cache had to load
 	if m.rootBad {
 		return // an invalid root never reaches a decision: nothing is written
 	}
@@ -326,7 +337,11 @@ func (m *model) reconcile() {
 		return
 	}
 	m.checkInvariants(prev, d, root)
-	if m.hiddenInView() {
+	switch {
+	case m.tracked && m.unread > 0:
+		m.unreadDecisions++
+		m.checkUnread(prev, d, root)
+	case m.hiddenInView():
 		m.hiddenDecisions++
 		m.checkHidden(d, root)
 	}
@@ -695,6 +710,33 @@ func (m *model) checkLeaf(leaf, server *x509.Certificate, root *bundle.Root) {
 // checkHidden checks a zero-downtime decision made with hidden clients in
 // view: each is due whenever any client is (it is on no root), and counts
 // how often a root stayed in the bundle for them alone.
+// checkUnread checks a decision made while the clients were not read yet:
+// nothing renewed, the recorded progress and readiness stamp kept (the
+// stamp is cleared only by a new root or a switch), and the server moved
+// only by force. checkInvariants holds it to what a hidden client gets:
+// no root leaves unexpired.
+func (m *model) checkUnread(prev bundle.Gateway, d bundle.Decision, root *bundle.Root) {
+	m.check(len(d.Renew) == 0, "unread clients: %v renewed", d.Renew)
+	was, is := prev.State.Clients, d.State.Clients
+	m.check((was == nil) == (is == nil) && (was == nil || *was == *is), "unread clients: the recorded progress %v became %v", was, is)
+	m.check(d.State.ClientsReadyAt.Equal(prev.State.ClientsReadyAt) || d.State.ClientsReadyAt.IsZero(),
+		"unread clients: the readiness stamp %s became %s", prev.State.ClientsReadyAt, d.State.ClientsReadyAt)
+	if prev.Exists && d.State.Server != prev.State.Server {
+		m.unreadForced++
+		m.check(slices.ContainsFunc(d.Events, func(e bundle.Event) bool { return e.Warning }), "unread clients: the server switched without a Warning")
+	}
+	for _, r := range parsed(m.t, d.CAPEM) {
+		fp := bundle.Fingerprint(r)
+		if fp != root.Fingerprint && fp != d.State.Server && !m.now.After(r.NotAfter) &&
+			!slices.ContainsFunc(m.clients, func(c *modelClient) bool {
+				return !m.now.After(c.leaf.NotAfter) && m.signatures.ChainsTo(c.leaf, r)
+			}) {
+			m.unreadKept++
+			return
+		}
+	}
+}
+
 func (m *model) checkHidden(d bundle.Decision, root *bundle.Root) {
 	for _, c := range m.clients {
 		if c.hidden && len(d.Renew) > 0 {
@@ -1000,6 +1042,11 @@ func (m *model) step() {
 			c.requested = false // a restart forgets in-flight requests; the annotations remain
 		}
 		m.trace = append(m.trace, "restart")
+		if m.tracked && m.rng.IntN(2) == 0 {
+			// The client cache is still loading for the next reconciles.
+			m.unread = 1 + m.rng.IntN(3)
+			m.trace = append(m.trace, fmt.Sprintf("clients unread for %d reconciles", m.unread))
+		}
 	case n < 49:
 		m.legacy = !m.legacy
 		m.trace = append(m.trace, fmt.Sprintf("legacy=%v", m.legacy))
@@ -1151,6 +1198,9 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.promotesIgnored += m.promotesIgnored
 		total.attacks += m.attacks
 		total.hiddenDecisions += m.hiddenDecisions
+		total.unreadDecisions += m.unreadDecisions
+		total.unreadKept += m.unreadKept
+		total.unreadForced += m.unreadForced
 		total.heldForHidden += m.heldForHidden
 		total.revealedRenewed += m.revealedRenewed
 		total.revealedAsWas += m.revealedAsWas
@@ -1200,6 +1250,11 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 	if total.hiddenDecisions == 0 || total.heldForHidden == 0 || total.revealedRenewed == 0 || total.revealedAsWas == 0 {
 		t.Fatalf("the random histories missed a hidden-client branch: decisions=%d held=%d revealedRenewed=%d revealedAsWas=%d",
 			total.hiddenDecisions, total.heldForHidden, total.revealedRenewed, total.revealedAsWas)
+	}
+	t.Logf("unread clients: %d decisions made while the client cache loaded, %d kept a root no client used, %d switched the server",
+		total.unreadDecisions, total.unreadKept, total.unreadForced)
+	if total.unreadDecisions == 0 || total.unreadKept == 0 {
+		t.Fatalf("the random histories missed an unread-clients branch: decisions=%d kept=%d", total.unreadDecisions, total.unreadKept)
 	}
 	// The histories must reach every branch the invariants are about.
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {

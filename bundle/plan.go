@@ -144,6 +144,11 @@ func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Ti
 		// The same leaf is checked against the same root by several rules.
 		clients.Memory = NewMemory()
 	}
+	if clients.Unread {
+		// One Unknown client stands for those not read yet: the rules'
+		// fail-safe treatment of the one is what the others need.
+		clients.Tracked, clients.Items = true, []Client{{Name: unreadClients, Unknown: true}}
+	}
 	return &planning{gw: gw, root: root, clients: clients, t: t, now: now, stamp: stamp(now),
 		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now),
 		known: newProvenance(gw.Known, root, clients.Memory)}
@@ -166,10 +171,17 @@ func (p *planning) decision(st State, serverRoot *x509.Certificate, cred *server
 		NextCheck: nextCheck(upcoming), Upcoming: upcoming, Roots: kept, Leaf: cred.leaf,
 		Known: Provenance(p.gw.Known, p.root, kept, p.now)}
 	p.gw.Parsed.written(d.CAPEM, kept, d.CertPEM, cred.chain())
-	if p.clients.Tracked {
+	switch {
+	case p.clients.Unread:
+		d.State.Clients = p.gw.State.Clients // as recorded, until the clients are read
+	case p.clients.Tracked:
 		progress := p.progress
 		d.State.Clients = &progress
 		d.Renew = p.renewals(st.Phase)
 	}
 	return d
 }
+
+// unreadClients is the name of the Unknown client that stands for the
+// clients not read yet (Clients.Unread).
+const unreadClients = "(the clients, not read yet)"

@@ -35,6 +35,9 @@ type switchDecision struct {
 // the server not on it yet; zero while one is not, or when it does not
 // apply. A client falling back off the root resets the wait.
 func (p *planning) clientsReadyAt(st State, serverRoot *x509.Certificate) time.Time {
+	if p.clients.Unread {
+		return st.ClientsReadyAt // kept for when they are read; not acted on
+	}
 	if !p.clients.Tracked || p.progress.Pending+p.progress.Failed > 0 || Fingerprint(serverRoot) == p.root.Fingerprint {
 		return time.Time{}
 	}
@@ -103,14 +106,23 @@ func (p *planning) decideSwitch(server *x509.Certificate, leafUntil time.Time, l
 func (p *planning) switchForClients(st State) switchDecision {
 	elapsed := p.now.Sub(st.RootAddedAt)
 	delay := p.t.TrustPropagationDelay
-	if !st.ClientsReadyAt.IsZero() && elapsed >= delay && p.now.Sub(st.ClientsReadyAt) >= delay {
+	if !p.clients.Unread && !st.ClientsReadyAt.IsZero() && elapsed >= delay && p.now.Sub(st.ClientsReadyAt) >= delay {
 		return switchDecision{switchNow: true, event: &Event{Reason: ReasonServerSwitched,
 			Message: "all " + itoa(p.progress.Renewed) + " clients trust root " + describe(p.root.Cert) + "; server now presents it"}}
 	}
 	if elapsed >= p.t.ServerSwitchGrace {
-		return forced(fmt.Sprintf("grace period %s is over with %d clients not on the new root", p.t.ServerSwitchGrace, p.progress.Pending+p.progress.Failed))
+		return forced(fmt.Sprintf("grace period %s is over with %s", p.t.ServerSwitchGrace, p.notOnRoot()))
 	}
 	return switchDecision{}
+}
+
+// notOnRoot words the clients not on the current root, for a forced
+// switch's Warning.
+func (p *planning) notOnRoot() string {
+	if p.clients.Unread {
+		return "the clients not read yet (dualca is starting)"
+	}
+	return fmt.Sprintf("%d clients not on the new root", p.progress.Pending+p.progress.Failed)
 }
 
 // despitePause says that a forced switch overrides the operator's pause.

@@ -49,7 +49,12 @@ func Plan(gw bundle.Gateway, root *bundle.Root, clients bundle.Clients, now time
 			Promote: gw.State.Promote,
 		},
 	}
-	if clients.Tracked {
+	switch {
+	case clients.Unread:
+		// Not read yet (dualca is starting): nothing to delete, and the
+		// progress recorded stays as it was until they are.
+		d.State.Clients = gw.State.Clients
+	case clients.Tracked:
 		var p bundle.Progress
 		for _, c := range clients.Items {
 			if c.Unknown {

@@ -521,6 +521,10 @@ type clientTracker struct {
 	// reconcile reads the change. Unset (dualca status reads once), every
 	// read lists the clients from reader.
 	events *atomic.Uint64
+	// loaded, when set, says whether the client cache has loaded (see
+	// clientLoad): until it has, a read returns the clients unread
+	// (bundle.Clients.Unread), not the part of them the index holds.
+	loaded *atomic.Bool
 	// index holds the client cache's objects as its event handlers deliver
 	// them, when events is set: a read walks them instead of listing the
 	// cache, which copies every object into the list and matches its
@@ -738,6 +742,9 @@ type heldCredential struct {
 // the objects behind them by name (NAMESPACE/NAME of the Certificate). What
 // it returns is shared with later reads: nothing may modify it.
 func (t *clientTracker) read(ctx context.Context) (bundle.Clients, map[string]clientView, error) {
+	if t.loaded != nil && !t.loaded.Load() {
+		return bundle.Clients{Tracked: true, Unread: true}, nil, nil
+	}
 	if t.events == nil {
 		return t.list(ctx)
 	}

@@ -42,6 +42,7 @@ type Metrics struct {
 	untrusted      prometheus.Counter
 	abandoned      prometheus.Gauge
 	issuingCurrent *prometheus.GaugeVec
+	clientsRead    prometheus.Gauge
 }
 
 // NewMetrics returns metrics at their zero values, registered nowhere.
@@ -87,6 +88,8 @@ func NewMetrics() *Metrics {
 			"1 while an operator holds the rotation (dualca pause): no client renewal, no planned server switch; else 0."),
 		issuingCurrent: gaugeVec("dualca_issuing_secret_current",
 			"1 when the issuing Secret (--issuing-secret) holds the current root, 0 while it keeps an older one for the gateway to trust the new one first; absent without an issuing Secret.", "secret"),
+		clientsRead: gauge("dualca_clients_read",
+			"1 once dualca has read the selected clients since it started (its cache of their Certificates and CertificateRequests has loaded); 0 while it loads, when decisions treat the clients as unknown, and without client tracking."),
 		abandoned: gauge("dualca_clients_abandoned",
 			"Selected clients still due whose renewal dualca no longer triggers: triggered the most times allowed on the current root and their Certificate's spec, and still not on it."),
 	}
@@ -103,7 +106,7 @@ func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.serverExpiry, m.rootExpiry, m.rootClients, m.bundleRoots, m.phase, m.rotationLag,
 		m.propagation, m.clientsByState, m.renewals, m.rootValid, m.strategyInfo, m.syncErrors, m.switchesForced, m.lastSync, m.paused,
-		m.tampered, m.foreign, m.untrusted, m.abandoned, m.issuingCurrent}
+		m.tampered, m.foreign, m.untrusted, m.abandoned, m.issuingCurrent, m.clientsRead}
 }
 
 // Describe sends the descriptions of every metric, for prometheus.Collector.
@@ -162,12 +165,15 @@ func (m *Metrics) decision(d bundle.Decision, phase string, clients bundle.Clien
 	for _, r := range roots {
 		fp := bundle.Fingerprint(r)
 		expiry = append(expiry, gaugeValue{float64(r.NotAfter.Unix()), []string{bundle.Short(fp), rootRole(fp, d.State)}})
-		if clients.Tracked {
+		if clients.Tracked && !clients.Unread {
 			using = append(using, gaugeValue{float64(clients.Using(r, now)), []string{bundle.Short(fp)}})
 		}
 	}
 	m.rootExpiry.replace(expiry...)
-	m.rootClients.replace(using...)
+	if !clients.Unread {
+		// Unread, the clients are not counted: the last counts stay.
+		m.rootClients.replace(using...)
+	}
 	if d.State.Clients != nil {
 		m.clientsByState.WithLabelValues("renewed").Set(float64(d.State.Clients.Renewed))
 		m.clientsByState.WithLabelValues("pending").Set(float64(d.State.Clients.Pending))

@@ -175,7 +175,10 @@ func reportOf(gateway, rootKey types.NamespacedName, d bundle.Decision, rootFP s
 	if roots == nil {
 		roots, _ = bundle.ParseCertificates(caKey, d.CAPEM)
 	}
-	if clients != nil && !clients.Tracked {
+	if clients != nil && clients.Unread {
+		r.Attention = append(r.Attention, unreadAttention)
+	}
+	if clients != nil && (!clients.Tracked || clients.Unread) {
 		clients = nil
 	}
 	r.addRoots(roots, st, clients, now)
@@ -186,6 +189,11 @@ func reportOf(gateway, rootKey types.NamespacedName, d bundle.Decision, rootFP s
 	}
 	return r
 }
+
+// unreadAttention is the attention of a report made before the clients
+// were read (bundle.Clients.Unread): the client counts it shows are those
+// recorded before.
+const unreadAttention = "dualca is reading the selected clients (it has just started and their cache is loading): until it has, no root leaves the bundle but by expiry, the server switches only if it must, no client is renewed, and the client counts shown are those recorded before"
 
 // invalidRootReport is the last report with the root Secret invalid for
 // reason: the gateway is left as it was, so the rest of the report holds.

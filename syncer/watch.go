@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -134,13 +135,107 @@ func (r *reconciler) setupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 		// Every client change may move a rotation on: one work item again,
 		// after a wait that lets a burst of changes share a reconcile.
 		// The tracker hears of each object first, so that reconcile reads
-		// it; the controller starts no reconcile before each source's
-		// handler has had every object the cache held at start.
-		b = b.WatchesRawSource(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed))).
-			WatchesRawSource(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed)))
+		// it. The controller does not wait for these sources (see
+		// clientLoad): until each source's handler has had every object
+		// the cache held at start, reconciles decide with the clients
+		// unread, and the load's end queues the one that reads them.
+		load := newClientLoad(r.request(), r.report.metrics, 2)
+		if err := mgr.Add(load); err != nil {
+			return fmt.Errorf("adding the client load: %w", err)
+		}
+		r.clients.loaded = &load.loaded
+		b = b.WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed, load.loaded.Load)))).
+			WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed, load.loaded.Load))))
 	}
 	return b.Complete(r)
 }
+
+// clientLoad follows the client cache's first load. The controller waits
+// for a source that says when it has synced before it starts any
+// reconcile; at fifty thousand clients the client cache takes half a
+// minute to load, and the gateway, the root's new trust included, would
+// wait as long for a decision that does not need the clients. So the
+// controller is not told of the client sources' sync: reconciles start as
+// soon as the root, the targets and the status are read, with the clients
+// unread (bundle.Clients.Unread: treated fail-safe, as an unknown client),
+// and when every client source's handler has had every object the cache
+// held at start, the clients count as read and a reconcile is queued that
+// reads them. A load that does not end within syncTimeout (the
+// controller's own wait: RBAC missing, say) stops dualca with an error,
+// as the controller's wait did.
+type clientLoad struct {
+	req     reconcile.Request
+	metrics *Metrics
+	loaded  atomic.Bool
+	pending atomic.Int32
+	failed  chan error
+}
+
+// clientSyncTimeout is how long the client cache may take to load:
+// controller-runtime's default wait for a controller's caches.
+const clientSyncTimeout = 2 * time.Minute
+
+func newClientLoad(req reconcile.Request, m *Metrics, sources int32) *clientLoad {
+	l := &clientLoad{req: req, metrics: m, failed: make(chan error, sources)}
+	l.pending.Store(sources)
+	m.clientsRead.Set(0)
+	return l
+}
+
+// source is src, the controller not told when it has synced: src's sync
+// is waited for here.
+func (l *clientLoad) source(src source.TypedSyncingSource[reconcile.Request]) source.TypedSource[reconcile.Request] {
+	return loadingSource{src: src, load: l}
+}
+
+// Start waits for a client source's load to fail, and returns that
+// error, which stops the manager; nil when the manager stops first.
+func (l *clientLoad) Start(ctx context.Context) error {
+	select {
+	case err := <-l.failed:
+		return fmt.Errorf("reading the clients: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// synced says a source has loaded (err nil) or failed to.
+func (l *clientLoad) synced(err error, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if err != nil {
+		l.failed <- err
+		return
+	}
+	if l.pending.Add(-1) == 0 {
+		l.loaded.Store(true)
+		l.metrics.clientsRead.Set(1)
+		q.Add(l.req)
+	}
+}
+
+// loadingSource starts src and waits for its sync apart from the
+// controller (see clientLoad): it is no TypedSyncingSource itself.
+type loadingSource struct {
+	src  source.TypedSyncingSource[reconcile.Request]
+	load *clientLoad
+}
+
+func (s loadingSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	if err := s.src.Start(ctx, q); err != nil {
+		return err
+	}
+	go func() {
+		wait, cancel := context.WithTimeout(ctx, clientSyncTimeout)
+		defer cancel()
+		err := s.src.WaitForSync(wait)
+		if ctx.Err() != nil {
+			return // stopping: WaitForSync says nothing of the load
+		}
+		s.load.synced(err, q)
+	}()
+	return nil
+}
+
+func (s loadingSource) String() string { return fmt.Sprint(s.src) }
 
 // targetSource is the watch of target t through its cache c: every event
 // but dualca's own writes (see targetState.ownWrite).
@@ -212,10 +307,14 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 // an event that comes while req already waits changes nothing, so a burst
 // of events becomes one reconcile. Each event first tells changed of the
 // object (gone: deleted), in the same handler, so the reconcile it queues
-// reads the change.
-func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func(client.Object, bool)) handler.TypedEventHandler[T, reconcile.Request] {
+// reads the change. Before the client cache has loaded (loaded false), an
+// event queues nothing: the reconciles then read no client.
+func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func(client.Object, bool), loaded func() bool) handler.TypedEventHandler[T, reconcile.Request] {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj T, gone bool) {
 		changed(obj, gone)
+		if !loaded() {
+			return // the load's end queues the reconcile that reads it
+		}
 		if d := wait(); d > 0 {
 			q.AddAfter(req, d)
 			return

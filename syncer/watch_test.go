@@ -2,12 +2,14 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // TestClientEventsWaitAndShareOneReconcile checks that a burst of client
@@ -28,11 +31,19 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	const wait = 300 * time.Millisecond
 	var changes atomic.Int32
 	var told []string // what the tracker was told of the last two events, NAME/gone
+	var loaded atomic.Bool
 	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait }, func(o client.Object, gone bool) {
 		changes.Add(1)
 		told = append(told[max(0, len(told)-1):], fmt.Sprintf("%s/%t", o.GetName(), gone))
-	})
+	}, loaded.Load)
 	named := func(name string) *corev1.Secret { return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	// While the client cache loads, the tracker is told and nothing is
+	// queued: the load's end queues the reconcile (clientLoad).
+	h.Create(context.Background(), event.TypedCreateEvent[*corev1.Secret]{Object: named("loading")}, q)
+	g.Expect(told).To(Equal([]string{"loading/false"}))
+	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "an event of the cache's load queues nothing")
+	changes.Store(0)
+	loaded.Store(true)
 	began := time.Now()
 	for range 500 {
 		h.Update(context.Background(), event.TypedUpdateEvent[*corev1.Secret]{ObjectOld: named("old"), ObjectNew: named("new")}, q)
@@ -50,7 +61,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	q.Done(got)
 	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "502 events made one work item")
 
-	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func(client.Object, bool) {})
+	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func(client.Object, bool) {}, loaded.Load)
 	now.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
 	g.Expect(q.Len()).To(Equal(1), "without a wait the event is a work item at once")
 }
@@ -167,4 +178,55 @@ func newWorkQueue(t *testing.T) (reconcile.Request, workqueue.TypedRateLimitingI
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	t.Cleanup(q.ShutDown)
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "gw", Name: "gateway-credential"}}, q
+}
+
+// syncingSource is a client source whose sync ends when its test says.
+type syncingSource struct{ synced chan error }
+
+func (s syncingSource) Start(context.Context, workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	return nil
+}
+
+func (s syncingSource) WaitForSync(ctx context.Context) error {
+	select {
+	case err := <-s.synced:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// TestTheClientLoadEndsWithItsLastSource checks clientLoad: the
+// controller is not told of the client sources' sync (their Start
+// returns at once, and they are no syncing sources); the clients count as
+// read, with one reconcile queued, only once every source has synced; and
+// a source that fails to sync stops the manager with its error.
+func TestTheClientLoadEndsWithItsLastSource(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	req, q := newWorkQueue(t)
+	m := NewMetrics()
+	load := newClientLoad(req, m, 2)
+	certs, requests := syncingSource{make(chan error, 1)}, syncingSource{make(chan error, 1)}
+	for _, src := range []syncingSource{certs, requests} {
+		s := load.source(src)
+		_, syncing := s.(source.TypedSyncingSource[reconcile.Request])
+		g.Expect(syncing).To(BeFalse(), "the controller does not wait for it")
+		g.Expect(s.Start(t.Context(), q)).To(Succeed())
+	}
+	g.Expect(testutil.ToFloat64(m.clientsRead)).To(BeZero())
+	certs.synced <- nil
+	g.Consistently(load.loaded.Load).WithTimeout(200*time.Millisecond).Should(BeFalse(), "one source of two has synced")
+	g.Expect(q.Len()).To(BeZero())
+	requests.synced <- nil
+	g.Eventually(load.loaded.Load).WithTimeout(10 * time.Second).Should(BeTrue())
+	g.Expect(q.Len()).To(Equal(1), "the load's end queues the reconcile that reads the clients")
+	g.Expect(testutil.ToFloat64(m.clientsRead)).To(Equal(1.0))
+
+	failing := newClientLoad(req, NewMetrics(), 1)
+	src := syncingSource{make(chan error, 1)}
+	g.Expect(failing.source(src).Start(t.Context(), q)).To(Succeed())
+	src.synced <- errors.New("timed out waiting for cache to be synced")
+	g.Expect(failing.Start(t.Context())).To(MatchError(ContainSubstring("reading the clients: timed out")), "the manager stops with the error")
+	g.Expect(failing.loaded.Load()).To(BeFalse())
 }

@@ -124,10 +124,10 @@ func (r *report) rawTables() []*rawTable {
 	}
 	keep(poll)
 
-	scale := &rawTable{name: "scale.csv", about: "each scale point: clients, first sync, resident set, reconciles at rest and their mean, the fan-out (first → last trigger) and its ideal",
-		header: []string{"clients", "first_sync_us", "rss_bytes", "reconciles", "reconcile_mean_us", "fanout_us", "ideal_us", "api_peak_per_s"}}
+	scale := &rawTable{name: "scale.csv", about: "each scale point: clients, first sync, clients read, resident set, reconciles at rest and their mean, the fan-out (first → last trigger) and its ideal",
+		header: []string{"clients", "first_sync_us", "clients_read_us", "rss_bytes", "reconciles", "reconcile_mean_us", "fanout_us", "ideal_us", "api_peak_per_s"}}
 	for _, s := range r.scale {
-		scale.add(s.clients, s.firstSync, s.rss, s.reconcile.n, s.reconcile.mean, s.fanout.total, s.fanout.ideal, s.fanout.peakRate)
+		scale.add(s.clients, s.firstSync, s.clientsRead, s.rss, s.reconcile.n, s.reconcile.mean, s.fanout.total, s.fanout.ideal, s.fanout.peakRate)
 	}
 	keep(scale)
 

@@ -524,7 +524,7 @@ func (r *report) writeScaleTarget(p func(string, ...any)) {
 			last.churn.n, ms(last.churn.mean), last.churn.p99, share*100, last.churnWindow.Round(time.Millisecond), verdict(share <= scaleChurnShare))
 	}
 	if last.clients >= 50000 {
-		p("| start-up to ready with %d clients under 10 s (< 10 s) | %s | %s |", last.clients, ms(last.firstSync), verdict(last.firstSync < 10*time.Second))
+		p("| start-up to ready with %d clients under 10 s (< 10 s) | ready (the gateway in sync, the clients unread) %s; the clients read %s | %s |", last.clients, ms(last.firstSync), ms(last.clientsRead), verdict(last.firstSync < 10*time.Second))
 	}
 	p("| %d clients are served (synced, and every one triggered) | first sync %s; %d triggered in %s | %s |", last.clients, ms(last.firstSync), last.fanout.clients, last.fanout.total.Round(time.Millisecond), verdict(last.fanout.clients == last.clients))
 }
@@ -540,7 +540,9 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("(labels and annotations of a Helm release, three DNS names, usages, key settings, lifetime, a Secret template),")
 	p("each issued with a leaf of its own from the old root (its CertificateRequest, Secret and revision written directly")
 	p("as cert-manager writes them; the API server keeps their managed fields), and a fresh dualca with `--renewal-qps=%d`.", scaleQPS)
-	p("First sync is process start to the readiness probe's 200 (the first reconcile wrote the gateway). Memory is the")
+	p("First sync is process start to the readiness probe's 200 (the first reconcile wrote the gateway, its clients not read")
+	p("yet: docs/rotation.md); clients read is process start to `dualca_clients_read` turning 1 (scraped every 20 ms), when")
+	p("the client cache has loaded and the next reconcile reads them. Memory is the")
 	p("resident set (VmRSS, the median of %d samples 250 ms apart after 5 s) at rest, its peak (VmHWM, read after the", memorySamples)
 	p("fan-out) and again after the fan-out; per client, less the %s of a dualca selecting no client in the same run.", mib(r.scaleBase))
 	p("Reconcile time at rest is controller-runtime's histogram over %d touches of the root's annotations", r.touches)
@@ -548,8 +550,8 @@ func (r *report) writeScale(p func(string, ...any)) {
 	p("root and times the `Issuing` triggers, first to last, against clients / rate; the reconciles during it are the")
 	p("histogram's from the rotation to the last trigger, each trigger a change of a client.")
 	p("")
-	p("| clients | first sync | RSS | per client | peak | per client | after | per client | reconciles at rest | mean | p99 | fan-out | ideal | over ideal | reconciles in it | mean | p99 | share of its time | API peak |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	p("| clients | first sync | clients read | RSS | per client | peak | per client | after | per client | reconciles at rest | mean | p99 | fan-out | ideal | over ideal | reconciles in it | mean | p99 | share of its time | API peak |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.scale {
 		f := s.fanout
 		fan := fmt.Sprintf("failed | %s | – | – | – | – | – | –", time.Duration(float64(s.clients)/scaleQPS*float64(time.Second)))
@@ -557,7 +559,11 @@ func (r *report) writeScale(p func(string, ...any)) {
 			fan = fmt.Sprintf("%s | %s | %+.1f %% | %d | %s | ≤ %s | %.1f %% | %.0f req/s", f.total.Round(time.Millisecond), f.ideal, (f.total.Seconds()/f.ideal.Seconds()-1)*100,
 				s.churn.n, ms(s.churn.mean), s.churn.p99, churnShare(s)*100, f.peakRate)
 		}
-		p("| %d | %s | %s | %.0f B | %s | %.0f B | %s | %.0f B | %d | %s | ≤ %s | %s |", s.clients, ms(s.firstSync),
+		read := "–"
+		if s.clientsRead > 0 {
+			read = ms(s.clientsRead)
+		}
+		p("| %d | %s | %s | %s | %.0f B | %s | %.0f B | %s | %.0f B | %d | %s | ≤ %s | %s |", s.clients, ms(s.firstSync), read,
 			mib(s.rss), r.bytesPerClient(s.rss, s.clients), mib(s.peakRSS), r.bytesPerClient(s.peakRSS, s.clients), mib(s.afterRSS), r.bytesPerClient(s.afterRSS, s.clients),
 			s.reconcile.n, ms(s.reconcile.mean), s.reconcile.p99, fan)
 	}

@@ -113,6 +113,11 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 	}
 	defer p.stop()
 	pt = scalePoint{clients: n, firstSync: firstSync}
+	if n > 0 {
+		if pt.clientsRead, err = clientsRead(ctx, p); err != nil {
+			return pt, err
+		}
+	}
 	if pt.rss, err = settledRSS(ctx, p); err != nil {
 		return pt, err
 	}
@@ -289,6 +294,28 @@ func (b *bench) startSynced(ctx context.Context, cg *memoryCgroup, args []string
 	return p, took, nil
 }
 
+// clientsRead waits for p's dualca_clients_read gauge to be 1, scraped
+// every 20 ms, and returns how long after the process's start it was
+// first seen so. A scrape that fails fails the measurement.
+func clientsRead(ctx context.Context, p *process) (time.Duration, error) {
+	var took time.Duration
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
+		}
+		text, err := p.scrape(ctx)
+		if err != nil {
+			return false, err
+		}
+		if !strings.Contains(text, "\ndualca_clients_read 1\n") {
+			return false, nil
+		}
+		took = time.Since(p.started)
+		return true, nil
+	})
+	return took, err
+}
+
 // reconcileAtRest makes dualca reconcile with nothing to change (the root
 // Secret's annotations touched, its content the same) and reads the
 // reconcile times from controller-runtime's histogram.
@@ -353,9 +380,13 @@ func (b *bench) orphans(ctx context.Context, w *world, args []string) (int, int6
 type scalePoint struct {
 	clients   int
 	firstSync time.Duration
-	rss       int64
-	reconcile histogramQuantiles
-	fanout    fanoutResult
+	// clientsRead is from the process's start to its client cache loaded
+	// (dualca_clients_read 1): the first reconcile reads no client, the
+	// one after this reads them all.
+	clientsRead time.Duration
+	rss         int64
+	reconcile   histogramQuantiles
+	fanout      fanoutResult
 	// floor is the fan-out's floor (scaleFloor), at the largest point only.
 	floor fanoutResult
 	// churn are the reconciles from the rotation to the last trigger of

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/dualca/dualca/bundle"
+	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer/operator"
+)
+
+// TestTheGatewayTrustsANewRootBeforeTheClientsAreRead: dualca restarts
+// after the root rotated, and its cache of the clients cannot load (its Role
+// lacks the CertificateRequests for now: the stand-in for an API server
+// that takes half a minute to list fifty thousand of them). The gateway is
+// brought in sync at once all the same, trusting the new root beside the
+// old one, and dualca is ready; meanwhile nothing that needs the clients
+// happens: the old root stays, the server stays on it, no client is
+// renewed, and the status says the clients are being read. Once the Role
+// is whole, the clients are read and the rotation completes without a
+// failed handshake.
+func TestTheGatewayTrustsANewRootBeforeTheClientsAreRead(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	roles, sa := s.installChartRBAC(false)
+	o := s.options(false)
+	gw := types.NamespacedName{Namespace: s.ns, Name: gatewayName}
+	o.StatusConfigMap = flags.DefaultStatusConfigMap(gw, flags.DefaultStateSecret(gw))
+	s.startDualcaAs(s.impersonating(sa, nil), o)
+	s.startTraffic()
+	old := s.rootCert()
+	s.waitPhase(old, bundle.PhaseSteady)
+	s.dualca.Stop()
+
+	role := roles[0]
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	whole := slices.Clone(role.Rules)
+	role.Rules = slices.DeleteFunc(slices.Clone(whole), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "certificaterequests")
+	})
+	s.g.Expect(role.Rules).To(HaveLen(len(whole)-1), "the chart grants the CertificateRequests in one rule")
+	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	r2 := s.rotate()
+	before, err := s.clientRevisions()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.startDualcaAs(s.impersonating(sa, nil), o)
+
+	// The gateway trusts both roots: the clients, still on the old one,
+	// keep getting through.
+	s.g.Eventually(s.trustedRoots).Should(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(old)))
+	s.g.Expect(s.dualca.Synced()).To(BeTrue(), "in sync, the clients unread")
+	s.g.Expect(s.dualca.Gauge("dualca_clients_read")).To(BeZero())
+	s.g.Eventually(func(g Gomega) {
+		r, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Attention).To(ContainElement(HavePrefix("dualca is reading the selected clients")))
+	}).Should(Succeed())
+	// Longer than a rotation with its clients read would wait before
+	// renewing them (one propagation delay): nothing that needs them moves.
+	s.g.Consistently(func(g Gomega) {
+		g.Expect(s.clientRevisions()).To(Equal(before), "no client is renewed")
+		g.Expect(s.dualca.Renewals()).To(HaveKeyWithValue("triggered", 0))
+		g.Expect(s.annotations()).To(HaveKeyWithValue(bundle.AnnotationServer, bundle.Fingerprint(old)), "the server stays on the old root")
+		g.Expect(s.trustedRoots()).To(ContainElement(bundle.Fingerprint(old)), "the old root stays")
+	}).WithTimeout(2 * propagationDelay).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	role.Rules = whole
+	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	s.g.Eventually(func() float64 { return s.dualca.Gauge("dualca_clients_read") }).WithTimeout(90 * time.Second).Should(Equal(1.0))
+	s.converged(r2, false, 90*time.Second)
+	_, failures := s.report("clients read after the gateway was in sync")
+	s.g.Expect(failures).To(BeZero(), "no handshake failed: %v", s.fleet.Stats().Total.Errors)
+	s.g.Eventually(func(g Gomega) {
+		r, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Attention).NotTo(ContainElement(HavePrefix("dualca is reading the selected clients")))
+	}).Should(Succeed())
+}
