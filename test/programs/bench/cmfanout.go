@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -90,7 +91,9 @@ func (b *bench) certManagerFanOut(ctx context.Context) error {
 		if _, err := gw.waitFor(ctx, gw.mark()-1, 5*time.Minute, "steady on the new root", func(v version) bool {
 			return v.state.Root == fp && v.state.Server == fp && v.state.Phase == bundle.PhaseSteady
 		}); err != nil {
-			return fmt.Errorf("run %d: %w", run, err)
+			scrape, _ := p.scrape(ctx)
+			return fmt.Errorf("run %d: %w; dualca's clients: %s; its log's end:\n%s", run, err,
+				strings.Join(metricLines(scrape, "dualca_clients"), ", "), tailOf(p.log.String(), 20))
 		}
 	}
 	if err := p.alive(); err != nil {

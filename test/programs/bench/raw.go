@@ -90,18 +90,11 @@ func (r *report) rawTables() []*rawTable {
 
 	keep(r.rootsRaw())
 
-	startup := &rawTable{name: "startup.csv", about: "every start: selected clients, the start's index, process start → gateway in sync, and → ready",
-		header: []string{"clients", "start", "in_sync_us", "ready_us"}}
+	startup := &rawTable{name: "startup.csv", about: "every start: selected clients, the start's index, process start → gateway in sync, → ready, and → the clients read",
+		header: []string{"clients", "start", "in_sync_us", "ready_us", "clients_read_us"}}
 	for _, s := range r.startup {
-		for i := range max(len(s.inSync), len(s.ready)) {
-			var inSync, ready any = "", ""
-			if i < len(s.inSync) {
-				inSync = s.inSync[i]
-			}
-			if i < len(s.ready) {
-				ready = s.ready[i]
-			}
-			startup.add(s.clients, i, inSync, ready)
+		for i := range max(len(s.inSync), len(s.ready), len(s.clientsRead)) {
+			startup.add(s.clients, i, at(s.inSync, i), at(s.ready, i), at(s.clientsRead, i))
 		}
 	}
 	keep(startup)
@@ -208,4 +201,12 @@ func writeCSV(path string, t *rawTable) error {
 		return err
 	}
 	return f.Close()
+}
+
+// at is samples[i], "" past their end.
+func at(samples []time.Duration, i int) any {
+	if i < len(samples) {
+		return samples[i]
+	}
+	return ""
 }

@@ -13,7 +13,8 @@ import (
 // the new process has read the root and written the gateway. Each start
 // is timed from the process's start to the watch event of the gateway
 // Secret carrying the new root, and to its readiness probe answering 200,
-// with no selected client and with many.
+// with no selected client and with many; with clients, also to the end of
+// their cache's load, which the gateway does not wait for.
 func (b *bench) startup(ctx context.Context) error {
 	for _, clients := range []int{0, b.opts.startupClients} {
 		res, err := b.startupRun(ctx, clients)
@@ -21,7 +22,7 @@ func (b *bench) startup(ctx context.Context) error {
 			return fmt.Errorf("%d clients: %w", clients, err)
 		}
 		b.report.startup = append(b.report.startup, res)
-		b.log("start-up with %d clients: in sync %s; ready %s", clients, summarize(res.inSync), summarize(res.ready))
+		b.log("start-up with %d clients: in sync %s; ready %s; the clients read %s", clients, summarize(res.inSync), summarize(res.ready), summarize(res.clientsRead))
 	}
 	return nil
 }
@@ -72,10 +73,19 @@ func (b *bench) startupRun(ctx context.Context, clients int) (startupResult, err
 			return res, fmt.Errorf("start %d: waiting for readiness: %w", i, err)
 		}
 		v, err := gw.trusting(ctx, mark, roots[i].Cert)
-		p.stop()
 		if err != nil {
+			p.stop()
 			return res, fmt.Errorf("start %d: %w", i, err)
 		}
+		if clients > 0 {
+			read, err := clientsRead(ctx, p)
+			if err != nil {
+				p.stop()
+				return res, fmt.Errorf("start %d: waiting for the clients to be read: %w", i, err)
+			}
+			res.clientsRead = append(res.clientsRead, read)
+		}
+		p.stop()
 		res.inSync = append(res.inSync, v.at.Sub(p.started))
 		res.ready = append(res.ready, ready.Sub(p.started))
 	}
@@ -86,4 +96,7 @@ func (b *bench) startupRun(ctx context.Context, clients int) (startupResult, err
 type startupResult struct {
 	clients       int
 	inSync, ready []time.Duration
+	// clientsRead are from the start to the client cache loaded
+	// (dualca_clients_read 1, scraped every 20 ms), with clients only.
+	clientsRead []time.Duration
 }
