@@ -16,6 +16,13 @@ import (
 // current root, and switching back must not cut off the clients it left
 // behind: the roots they still use are kept too.
 
+// Adopts reports whether Plan adopts gw: it was not written by the
+// zero-downtime strategy. An adoption keeps the roots the clients still
+// use, read from their ca.crt (clientRoots), so it cannot be decided with
+// the clients unread (Clients.Unread): a decision made then would drop
+// them, and nothing after the adoption looks for them again.
+func Adopts(gw Gateway) bool { return gw.State.Strategy != StrategyZeroDowntime }
+
 // adoptedRoots returns the roots an adopted gateway trusts: the CAs of its
 // ca.crt and the roots the clients still use (clientRoots), each only if
 // dualca read it from the root Secret (provenance.go): a client's ca.crt is

@@ -72,6 +72,8 @@ type Clients struct {
 	// over, an expiry, a full chain, a promote), no client is renewed, and
 	// the progress and the readiness stamp recorded before stay as they
 	// were, neither acted on nor overwritten, until the clients are read.
+	// An adoption (Adopts) needs the clients' ca.crt: it is not decided
+	// with them unread.
 	Unread bool
 	Items  []Client
 	// Memory remembers the signature checks of the decisions made over

@@ -276,6 +276,9 @@ func (m *model) reconcile() {
 	if err != nil {
 		return // expired root: cert-manager will renew it; the gateway stays
 	}
+	if !m.legacy && m.tracked && m.unread > 0 && bundle.Adopts(m.gw) {
+		return // as the syncer does: an adoption waits for the clients to be read
+	}
 	if !m.legacy {
 		m.gw.Lagging = m.lagging()
 		if m.gw.Lagging {

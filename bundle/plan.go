@@ -150,7 +150,7 @@ func newPlanning(gw Gateway, root *Root, clients Clients, t Timings, now time.Ti
 		clients.Tracked, clients.Items = true, []Client{{Name: unreadClients, Unknown: true}}
 	}
 	return &planning{gw: gw, root: root, clients: clients, t: t, now: now, stamp: stamp(now),
-		adopting: gw.State.Strategy != StrategyZeroDowntime, progress: CountProgress(clients, root.Cert, now),
+		adopting: Adopts(gw), progress: CountProgress(clients, root.Cert, now),
 		known: newProvenance(gw.Known, root, clients.Memory)}
 }
 

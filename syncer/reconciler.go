@@ -51,6 +51,9 @@ type pass struct {
 	decision bundle.Decision
 	written  written
 	issued   issued
+	// waiting: nothing was decided, the clients are not read yet and the
+	// decision needs them (an adoption).
+	waiting bool
 }
 
 // Reconcile reads root, gateway and clients, lets the strategy decide,
@@ -73,6 +76,9 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		r.report.failed(err, p.rootFP, now)
 		r.publishInvalidRoot(ctx, err)
 		return reconcile.Result{}, err
+	}
+	if p.waiting {
+		return reconcile.Result{}, nil
 	}
 	// Ready as soon as the gateway is in sync: what follows only tells of
 	// it (metrics, events, the status), and with many clients that takes
@@ -120,6 +126,13 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	if r.clients != nil {
 		if p.clients, p.views, err = r.clients.read(ctx); err != nil {
 			return p, err
+		}
+		if p.clients.Unread && r.strategy.Name() == bundle.StrategyZeroDowntime && bundle.Adopts(gateway.state) {
+			// An adoption keeps the roots the clients still use: it waits
+			// for them to be read (the load's end queues a reconcile),
+			// and dualca is not ready meanwhile.
+			p.waiting = true
+			return p, nil
 		}
 	}
 	p.clients.Memory = r.signatures

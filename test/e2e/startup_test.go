@@ -83,3 +83,39 @@ func TestTheGatewayTrustsANewRootBeforeTheClientsAreRead(t *testing.T) {
 		g.Expect(r.Attention).NotTo(ContainElement(HavePrefix("dualca is reading the selected clients")))
 	}).Should(Succeed())
 }
+
+// TestAnAdoptionWaitsForTheClientsToBeRead: the flip from legacy to
+// zero-downtime adopts the gateway, keeping the roots the clients still
+// use, which only their ca.crt tells. Started with its client cache unable
+// to load (the Role without CertificateRequests, as above), dualca adopts
+// nothing and is not in sync; once the clients are read, the adopted
+// bundle keeps the old root of the clients not yet re-issued.
+func TestAnAdoptionWaitsForTheClientsToBeRead(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	roles, sa := s.installChartRBAC(false)
+	s.startDualcaAs(s.impersonating(sa, nil), s.options(true))
+	s.g.Eventually(s.annotations).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy))
+	s.dualca.Stop()
+
+	role := roles[0]
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	whole := slices.Clone(role.Rules)
+	role.Rules = slices.DeleteFunc(slices.Clone(whole), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "certificaterequests")
+	})
+	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	old := s.rootCert()
+	r2 := s.rotate()
+	s.startDualcaAs(s.impersonating(sa, nil), s.options(false))
+	s.g.Consistently(func(g Gomega) {
+		g.Expect(s.annotations()).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy), "not adopted")
+		g.Expect(s.dualca.Synced()).To(BeFalse(), "not in sync: the adoption waits")
+	}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	role.Rules = whole
+	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	s.g.Eventually(s.annotations).WithTimeout(90 * time.Second).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
+	s.g.Expect(s.trustedRoots()).To(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(old)), "the adopted bundle keeps the clients' old root")
+}
