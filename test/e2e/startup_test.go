@@ -38,14 +38,7 @@ func TestTheGatewayTrustsANewRootBeforeTheClientsAreRead(t *testing.T) {
 	s.waitPhase(old, bundle.PhaseSteady)
 	s.dualca.Stop()
 
-	role := roles[0]
-	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
-	whole := slices.Clone(role.Rules)
-	role.Rules = slices.DeleteFunc(slices.Clone(whole), func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.Resources, "certificaterequests")
-	})
-	s.g.Expect(role.Rules).To(HaveLen(len(whole)-1), "the chart grants the CertificateRequests in one rule")
-	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	restore := s.withholdCertificateRequests(roles[0])
 	r2 := s.rotate()
 	before, err := s.clientRevisions()
 	s.g.Expect(err).NotTo(HaveOccurred())
@@ -70,9 +63,7 @@ func TestTheGatewayTrustsANewRootBeforeTheClientsAreRead(t *testing.T) {
 		g.Expect(s.trustedRoots()).To(ContainElement(bundle.Fingerprint(old)), "the old root stays")
 	}).WithTimeout(2 * propagationDelay).WithPolling(200 * time.Millisecond).Should(Succeed())
 
-	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
-	role.Rules = whole
-	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	restore()
 	s.g.Eventually(func() float64 { return s.dualca.Gauge("dualca_clients_read") }).WithTimeout(90 * time.Second).Should(Equal(1.0))
 	s.converged(r2, false, 90*time.Second)
 	_, failures := s.report("clients read after the gateway was in sync")
@@ -98,13 +89,7 @@ func TestAnAdoptionWaitsForTheClientsToBeRead(t *testing.T) {
 	s.g.Eventually(s.annotations).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy))
 	s.dualca.Stop()
 
-	role := roles[0]
-	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
-	whole := slices.Clone(role.Rules)
-	role.Rules = slices.DeleteFunc(slices.Clone(whole), func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.Resources, "certificaterequests")
-	})
-	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	restore := s.withholdCertificateRequests(roles[0])
 	old := s.rootCert()
 	r2 := s.rotate()
 	s.startDualcaAs(s.impersonating(sa, nil), s.options(false))
@@ -113,9 +98,27 @@ func TestAnAdoptionWaitsForTheClientsToBeRead(t *testing.T) {
 		g.Expect(s.dualca.Synced()).To(BeFalse(), "not in sync: the adoption waits")
 	}).WithTimeout(2 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 
-	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
-	role.Rules = whole
-	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	restore()
 	s.g.Eventually(s.annotations).WithTimeout(90 * time.Second).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyZeroDowntime))
 	s.g.Expect(s.trustedRoots()).To(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(old)), "the adopted bundle keeps the clients' old root")
+}
+
+// withholdCertificateRequests takes the CertificateRequests out of role,
+// the chart's Role of dualca, and returns what puts them back: dualca's
+// client cache cannot load meanwhile.
+func (s *scenario) withholdCertificateRequests(role *rbacv1.Role) (restore func()) {
+	s.t.Helper()
+	s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	whole := slices.Clone(role.Rules)
+	role.Rules = slices.DeleteFunc(slices.Clone(whole), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "certificaterequests")
+	})
+	s.g.Expect(role.Rules).To(HaveLen(len(whole)-1), "the chart grants the CertificateRequests in one rule")
+	s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	return func() {
+		s.t.Helper()
+		s.g.Expect(s.c.Client.Get(s.ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+		role.Rules = whole
+		s.g.Expect(s.c.Client.Update(s.ctx, role)).To(Succeed())
+	}
 }
