@@ -160,7 +160,7 @@ func (r *reconciler) setupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 // unread (bundle.Clients.Unread: treated fail-safe, as an unknown client),
 // and when every client source's handler has had every object the cache
 // held at start, the clients count as read and a reconcile is queued that
-// reads them. A load that does not end within syncTimeout (the
+// reads them. A load that does not end within clientSyncTimeout (the
 // controller's own wait: RBAC missing, say) stops dualca with an error,
 // as the controller's wait did.
 type clientLoad struct {
