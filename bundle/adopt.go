@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"crypto/x509"
+	"slices"
 	"time"
 )
 
@@ -22,6 +23,29 @@ import (
 // the clients unread (Clients.Unread): a decision made then would drop
 // them, and nothing after the adoption looks for them again.
 func Adopts(gw Gateway) bool { return gw.State.Strategy != StrategyZeroDowntime }
+
+// AdoptionWaits reports whether a decision on gw, with root current, must
+// wait for the clients to be read: Plan adopts gw and the clients could
+// change what it keeps. A client's ca.crt adds only roots of gw.Known
+// (provenance.go), and the current root is kept anyway; so with no other
+// root on record (a first install, or a record lost) the adoption keeps
+// the same roots whatever the clients hold, and it need not wait for them.
+func AdoptionWaits(gw Gateway, root *Root) bool {
+	return Adopts(gw) && slices.ContainsFunc(gw.Known, func(c *x509.Certificate) bool { return Fingerprint(c) != root.Fingerprint })
+}
+
+// Waiting is the decision a pass that waits for the clients (AdoptionWaits)
+// holds to, for the issuing rule alone (issuing.go): the gateway as found,
+// nothing of it decided, the phase Bundle. So the issuing Secret keeps a
+// root the gateway trusts, and moves to the current root only when the
+// root it holds is one the gateway does not trust (a legacy write that
+// reached the gateway and not the issuing Secret), has expired, or was
+// never read from the root Secret: no leaf is signed meanwhile by a root
+// the gateway refuses, if it can be helped.
+func Waiting(gw Gateway, root *Root, now time.Time) Decision {
+	return Decision{CAPEM: gw.CAPEM, State: State{Strategy: StrategyZeroDowntime, Phase: PhaseBundle},
+		Known: Provenance(gw.Known, root, nil, now), Roots: casIn(gw.CAPEM)}
+}
 
 // adoptedRoots returns the roots an adopted gateway trusts: the CAs of its
 // ca.crt and the roots the clients still use (clientRoots), each only if

@@ -1,6 +1,7 @@
 package bundle_test
 
 import (
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -34,6 +35,13 @@ func TestIssuingMovesOnlyToARootTheGatewayTrusts(t *testing.T) {
 	absent := bundle.IssuingFound{}
 	zero := func(gw bundle.Gateway, root *certs.CA) bundle.Decision {
 		return bundle.Plan(gw, validRoot(t, root, testNow), tracked(), testTimings, testNow)
+	}
+	// waiting: a pass that waits for the clients before adopting a legacy
+	// copy of copyOf, both roots on record (bundle.Waiting).
+	waiting := func(copyOf *certs.CA) bundle.Decision {
+		gw := legacyCopy(t, copyOf)
+		gw.Known = []*x509.Certificate{f.r1.Cert, f.r2.Cert}
+		return bundle.Waiting(gw, validRoot(t, f.r2, testNow), testNow)
 	}
 	r1, r2 := bundle.Fingerprint(f.r1.Cert), bundle.Fingerprint(f.r2.Cert)
 	reencoded := validRoot(t, f.r2, testNow)
@@ -94,6 +102,18 @@ func TestIssuingMovesOnlyToARootTheGatewayTrusts(t *testing.T) {
 			decision: bundle.Plan(bundlingKnowsSoon.gateway(), validRoot(t, f.r2, testNow.Add(h)), tracked(), testTimings, testNow.Add(h)),
 			root:     f.r2, now: testNow.Add(h),
 			want: bundle.IssuingAction{Write: true, Holds: r2}, reason: "has expired",
+		},
+		"while an adoption waits for the clients, it keeps the old root the gateway as found trusts": {
+			found: holding(f.r1), decision: waiting(f.r1), root: f.r2,
+			want: bundle.IssuingAction{Holds: r1}, reason: "keeps root",
+		},
+		"while an adoption waits for the clients, a root the gateway as found does not trust moves at once": {
+			found: holding(f.r1), decision: waiting(f.r2), root: f.r2,
+			want: bundle.IssuingAction{Write: true, Holds: r2}, reason: "no longer trusted by the gateway",
+		},
+		"while an adoption waits for the clients, a foreign CA is written over at once": {
+			found: holding(f.foreign), decision: waiting(f.r1), root: f.r2,
+			want: bundle.IssuingAction{Write: true, Tampered: true, Holds: r2}, reason: "never read from the root Secret",
 		},
 		"the legacy strategy copies the root at once, as an Issuer reading the root Secret would sign": {
 			found:    holding(f.r1),

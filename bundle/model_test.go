@@ -82,6 +82,11 @@ type model struct {
 	// no client uses, unreadForced the switches made while unread.
 	unread                                    int
 	unreadDecisions, unreadKept, unreadForced int
+	// unreadAdoptions: adoptions decided with the clients unread (nothing
+	// but the current root on record), checked against the same decision
+	// with them read; adoptionsWaited: those that waited for the clients,
+	// whose roots a decision made unread would have dropped.
+	unreadAdoptions, adoptionsWaited int
 	// the operator's actions, and what they made happen
 	pauses, resumes, promotes                    int
 	heldRenewals, promotedSwitches, pausedForced int
@@ -195,7 +200,12 @@ func (m *model) rotate() {
 		// An issuer whose clock runs ahead, within the skew accepted.
 		notBefore = m.now.Add(time.Duration(1+m.rng.IntN(240)) * time.Second)
 	}
-	ca, err := certs.NewCA(fmt.Sprintf("root-%d", m.rotation), notBefore, m.now.Add(life))
+	m.rotateTo(fmt.Sprintf("root-%d", m.rotation), notBefore, m.now.Add(life))
+}
+
+// rotateTo makes a new root named name (its subject), a new key.
+func (m *model) rotateTo(name string, notBefore, notAfter time.Time) {
+	ca, err := certs.NewCA(name, notBefore, notAfter)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -265,6 +275,25 @@ func (m *model) hiddenInView() bool {
 	return m.tracked && (m.unread > 0 || slices.ContainsFunc(m.clients, func(c *modelClient) bool { return c.hidden }))
 }
 
+// restart is dualca starting again: in-flight renewals forgotten, and the
+// client cache, half the time, still loading for the next reconciles.
+func (m *model) restart() {
+	for _, c := range m.clients {
+		if c.requested && m.rng.IntN(2) == 0 {
+			// Mid-renewal, cert-manager garbage-collected the CR of the
+			// current revision, and the restart lost dualca's memory of it.
+			c.hidden = true
+			m.trace = append(m.trace, "restart hides "+c.name)
+		}
+		c.requested = false // a restart forgets in-flight requests; the annotations remain
+	}
+	m.trace = append(m.trace, "restart")
+	if m.tracked && m.rng.IntN(2) == 0 {
+		m.unread = 1 + m.rng.IntN(3)
+		m.trace = append(m.trace, fmt.Sprintf("clients unread for %d reconciles", m.unread))
+	}
+}
+
 // reconcile is one pass of the syncer: validate the root, decide, write
 // only on change, then trigger the renewals the decision asks for.
 func (m *model) reconcile() {
@@ -277,7 +306,32 @@ func (m *model) reconcile() {
 		return // expired root: cert-manager will renew it; the gateway stays
 	}
 	if !m.legacy && m.tracked && m.unread > 0 && bundle.Adopts(m.gw) {
-		return // as the syncer does: an adoption waits for the clients to be read
+		// An adoption decided with the clients unread, and with them read.
+		unread := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+		left := m.unread
+		m.unread = 0 // the same clients, read
+		read := bundle.Plan(m.gw, root, m.clientView(), m.timings, m.now)
+		m.unread = left
+		same := string(unread.CAPEM) == string(read.CAPEM)
+		if bundle.AdoptionWaits(m.gw, root) {
+			if !same {
+				m.adoptionsWaited++ // the clients' roots, which it would have dropped
+			}
+
+			// As the syncer does: this adoption waits for the clients to be
+			// read, and the issuing Secret keeps to what the gateway trusts.
+			m.trace = append(m.trace, "the adoption waits for the clients")
+			if m.issuingOn && !m.writesFail {
+				m.syncIssuing(bundle.Waiting(m.gw, root, m.now), root)
+			}
+			return
+		}
+		// No root but the current one on record: the clients cannot
+		// change what it trusts, and it does not wait for them.
+		m.unreadAdoptions++
+		m.trace = append(m.trace, "adopted with the clients unread")
+		m.check(same, "an adoption not waiting for the clients trusts what it would with them read: %v unread, %v read",
+			fingerprints(unread.Roots), fingerprints(read.Roots))
 	}
 	if !m.legacy {
 		m.gw.Lagging = m.lagging()
@@ -1035,22 +1089,23 @@ func (m *model) step() {
 		}
 		m.trace = append(m.trace, "spontaneous renewal of "+c.name)
 	case n < 47:
-		for _, c := range m.clients {
-			if c.requested && m.rng.IntN(2) == 0 {
-				// Mid-renewal, cert-manager garbage-collected the CR of the
-				// current revision, and the restart lost dualca's memory of it.
-				c.hidden = true
-				m.trace = append(m.trace, "restart hides "+c.name)
-			}
-			c.requested = false // a restart forgets in-flight requests; the annotations remain
-		}
-		m.trace = append(m.trace, "restart")
-		if m.tracked && m.rng.IntN(2) == 0 {
-			// The client cache is still loading for the next reconciles.
-			m.unread = 1 + m.rng.IntN(3)
-			m.trace = append(m.trace, fmt.Sprintf("clients unread for %d reconciles", m.unread))
-		}
+		m.restart()
 	case n < 49:
+		if m.legacy && !m.writesFail && !m.recordFails && m.rng.IntN(2) == 0 {
+			// Legacy copies a new root of the same subject (cert-manager
+			// renewing the same CA) and asks for the clients' renewals;
+			// dualca restarts in zero-downtime before they are done. The
+			// legacy copy holds the new root alone: the roots the clients
+			// still use are in their ca.crt only, and the adoption must
+			// keep them (clientRoots), whether the cache has loaded or not.
+			m.rotateTo(m.root.Cert.Subject.CommonName, m.now.Add(-time.Minute), m.now.Add(time.Duration(20+m.rng.IntN(180))*time.Minute))
+			m.trace = append(m.trace, "legacy: rotate to "+m.root.Cert.Subject.CommonName+" again, the same subject")
+			m.reconcile()
+			m.legacy = false
+			m.trace = append(m.trace, "legacy=false")
+			m.restart()
+			break
+		}
 		m.legacy = !m.legacy
 		m.trace = append(m.trace, fmt.Sprintf("legacy=%v", m.legacy))
 	case n < 51:
@@ -1204,6 +1259,8 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		total.unreadDecisions += m.unreadDecisions
 		total.unreadKept += m.unreadKept
 		total.unreadForced += m.unreadForced
+		total.unreadAdoptions += m.unreadAdoptions
+		total.adoptionsWaited += m.adoptionsWaited
 		total.heldForHidden += m.heldForHidden
 		total.revealedRenewed += m.revealedRenewed
 		total.revealedAsWas += m.revealedAsWas
@@ -1254,10 +1311,11 @@ func TestModelRandomHistoriesKeepTheInvariants(t *testing.T) {
 		t.Fatalf("the random histories missed a hidden-client branch: decisions=%d held=%d revealedRenewed=%d revealedAsWas=%d",
 			total.hiddenDecisions, total.heldForHidden, total.revealedRenewed, total.revealedAsWas)
 	}
-	t.Logf("unread clients: %d decisions made while the client cache loaded, %d kept a root no client used, %d switched the server",
-		total.unreadDecisions, total.unreadKept, total.unreadForced)
-	if total.unreadDecisions == 0 || total.unreadKept == 0 {
-		t.Fatalf("the random histories missed an unread-clients branch: decisions=%d kept=%d", total.unreadDecisions, total.unreadKept)
+	t.Logf("unread clients: %d decisions made while the client cache loaded, %d kept a root no client used, %d switched the server; %d adoptions decided so (no other root on record), %d waited for clients whose roots they would have dropped",
+		total.unreadDecisions, total.unreadKept, total.unreadForced, total.unreadAdoptions, total.adoptionsWaited)
+	if total.unreadDecisions == 0 || total.unreadKept == 0 || total.unreadAdoptions == 0 || total.adoptionsWaited == 0 {
+		t.Fatalf("the random histories missed an unread-clients branch: decisions=%d kept=%d adoptions=%d waited=%d",
+			total.unreadDecisions, total.unreadKept, total.unreadAdoptions, total.adoptionsWaited)
 	}
 	// The histories must reach every branch the invariants are about.
 	if total.switches == 0 || total.forced == 0 || total.retired == 0 {

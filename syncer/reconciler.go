@@ -127,12 +127,15 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 		if p.clients, p.views, err = r.clients.read(ctx); err != nil {
 			return p, err
 		}
-		if p.clients.Unread && r.strategy.Name() == bundle.StrategyZeroDowntime && bundle.Adopts(gateway.state) {
-			// An adoption keeps the roots the clients still use: it waits
-			// for them to be read (the load's end queues a reconcile),
-			// and dualca is not ready meanwhile.
+		if p.clients.Unread && r.strategy.Name() == bundle.StrategyZeroDowntime && bundle.AdoptionWaits(gateway.state, root) {
+			// An adoption keeps the roots the clients still use: unless
+			// none but the current root can be one (a first install), it
+			// waits for them to be read (the load's end queues a
+			// reconcile), and dualca is not ready meanwhile. The issuing
+			// Secret is kept to a root the gateway as found trusts.
 			p.waiting = true
-			return p, nil
+			p.issued, err = r.store.syncIssuing(ctx, how, bundle.Waiting(gateway.state, root, r.clock.Now()), root)
+			return p, err
 		}
 	}
 	p.clients.Memory = r.signatures

@@ -103,6 +103,32 @@ func TestAnAdoptionWaitsForTheClientsToBeRead(t *testing.T) {
 	s.g.Expect(s.trustedRoots()).To(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(old)), "the adopted bundle keeps the clients' old root")
 }
 
+// TestAFirstInstallDoesNotWaitForTheClients: a gateway Secret that does not
+// exist yet is adopted too, but with no record of an earlier root the
+// adoption trusts the current root alone, whatever the clients' ca.crt
+// holds (the rule provenance: a client cannot vouch for a root), so the
+// clients cannot change it and dualca does not wait for them. The root has
+// rotated before the install, the clients hold the old one, and their
+// cache cannot load: the gateway is written at once, trusting the new root
+// alone, and dualca is in sync; once the clients are read, the old root is
+// still not trusted.
+func TestAFirstInstallDoesNotWaitForTheClients(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	roles, sa := s.installChartRBAC(false)
+	old := s.rootCert()
+	r2 := s.rotate()
+	restore := s.withholdCertificateRequests(roles[0])
+	s.startDualcaAs(s.impersonating(sa, nil), s.options(false))
+	s.g.Eventually(s.trustedRoots).Should(ConsistOf(bundle.Fingerprint(r2)))
+	s.g.Eventually(s.dualca.Synced).Should(BeTrue(), "in sync, the clients unread")
+	s.g.Expect(s.dualca.Gauge("dualca_clients_read")).To(BeZero(), "the clients are still unread")
+
+	restore()
+	s.g.Eventually(func() float64 { return s.dualca.Gauge("dualca_clients_read") }).WithTimeout(90 * time.Second).Should(Equal(1.0))
+	s.g.Consistently(s.trustedRoots).WithTimeout(time.Second).ShouldNot(ContainElement(bundle.Fingerprint(old)), "the clients' old root, never read from the root Secret by this install")
+}
+
 // withholdCertificateRequests takes the CertificateRequests out of role,
 // the chart's Role of dualca, and returns what puts them back: dualca's
 // client cache cannot load meanwhile.

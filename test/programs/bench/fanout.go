@@ -15,6 +15,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -144,7 +145,7 @@ func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p 
 	r := rates.stop()
 	first, last := triggered.span()
 	return fanoutResult{clients: n, qps: qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
-		peakRate: r.peak, meanRate: r.mean(first, last)}, nil
+		peakRate: r.peak, meanRate: r.mean(first, last), reopens: triggered.reopens()}, nil
 }
 
 // fanoutBound is how long a fan-out of ideal length may take before the
@@ -156,13 +157,21 @@ type issuingWatch struct {
 	mu      sync.Mutex
 	at      map[string]time.Time
 	changed chan struct{}
+	// lost ends the measurement: the watch could not go on from where it
+	// stopped (its version expired), so moments were missed.
+	lost error
+	// reopened counts the watches opened again after one ended or failed
+	// to open, from where the last one stopped: nothing is missed.
+	reopened int
 }
 
 // watchIssuing records when each Certificate of ns first shows Issuing=True
 // from now on. It watches from the resourceVersion of a list of one item:
 // a watch that starts by sending every Certificate (50,000 of them) is
 // closed by the API server as too slow a consumer, and one that ends is
-// opened again where it stopped.
+// opened again where it stopped. One that cannot go on from there (410
+// Gone: the version expired) ends the measurement with an error: a
+// re-list would time the Certificates it finds at the re-list, late.
 func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, error) {
 	wc, err := client.NewWithWatch(b.cluster.RESTConfig, client.Options{Scheme: b.cluster.Client.Scheme()})
 	if err != nil {
@@ -181,24 +190,37 @@ func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, err
 		for ctx.Err() == nil {
 			wi, err := wc.Watch(ctx, &cmapi.CertificateList{}, client.InNamespace(ns), clients,
 				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				iw.end(fmt.Errorf("the watch of the Certificates could not go on from version %s: %w", rv, err))
+				return
+			}
 			if err != nil {
+				iw.reopen()
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			rv = iw.follow(wi, rv)
+			rv, err = iw.follow(wi, rv)
 			wi.Stop()
+			if err != nil {
+				iw.end(err)
+				return
+			}
+			iw.reopen()
 		}
 	}()
 	return iw, nil
 }
 
 // follow records the events of one watch until it ends and returns the
-// resourceVersion to go on from.
-func (iw *issuingWatch) follow(wi watch.Interface, rv string) string {
+// resourceVersion to go on from, or the error event that ended it.
+func (iw *issuingWatch) follow(wi watch.Interface, rv string) (string, error) {
 	for e := range wi.ResultChan() {
+		if e.Type == watch.Error {
+			return rv, fmt.Errorf("the watch of the Certificates ended at version %s: %w", rv, apierrors.FromObject(e.Object))
+		}
 		crt, ok := e.Object.(*cmapi.Certificate)
 		if !ok {
-			continue // a bookmark carries a version too, but an error does not
+			continue
 		}
 		rv = crt.ResourceVersion
 		if e.Type == watch.Deleted {
@@ -208,7 +230,28 @@ func (iw *issuingWatch) follow(wi watch.Interface, rv string) string {
 			iw.saw(crt.Name, time.Now())
 		}
 	}
-	return rv
+	return rv, nil
+}
+
+func (iw *issuingWatch) end(err error) {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	iw.lost = err
+	close(iw.changed)
+	iw.changed = make(chan struct{})
+}
+
+func (iw *issuingWatch) reopen() {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	iw.reopened++
+}
+
+// reopens is how many times the watch was opened again.
+func (iw *issuingWatch) reopens() int {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	return iw.reopened
 }
 
 func (iw *issuingWatch) saw(name string, at time.Time) {
@@ -225,8 +268,11 @@ func (iw *issuingWatch) waitAll(ctx context.Context, n int, timeout time.Duratio
 	deadline := time.After(timeout)
 	for {
 		iw.mu.Lock()
-		got, changed := len(iw.at), iw.changed
+		got, changed, lost := len(iw.at), iw.changed, iw.lost
 		iw.mu.Unlock()
+		if lost != nil {
+			return fmt.Errorf("%d of %d certificates seen triggered, then %w", got, n, lost)
+		}
 		if got >= n {
 			return nil
 		}
@@ -365,6 +411,10 @@ type fanoutResult struct {
 	// reissued is root write → every client's Secret from the new root,
 	// when cert-manager does the re-issues; 0 otherwise.
 	reissued time.Duration
+	// reopens counts the watches of the triggers opened again where the
+	// last one stopped (none missed an event: one that would have ends
+	// the measurement with an error).
+	reopens int
 	// retriggers counts the issuances cert-manager failed and the benchmark
 	// triggered again.
 	retriggers int64

@@ -56,8 +56,8 @@ func (b *bench) scale(ctx context.Context) error {
 			b.log("scale %d clients in a memory cgroup of %s (the chart's limit): highest charge %s, failcnt %d, OOM kills %d, alive %t, ready %t, gateway on the new root %t",
 				n, mib(c.limit), mib(c.stats.maxUsage), c.stats.failcnt, c.stats.oomKills, c.alive, c.ready, c.inSync)
 		}
-		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s",
-			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal)
+		b.log("scale %d clients: first sync %s, RSS %s, reconcile at rest p50 ≤ %s p99 ≤ %s, fan-out %s for ideal %s (the triggers' watch opened again %d times)",
+			n, pt.firstSync.Round(time.Millisecond), mib(pt.rss), pt.reconcile.p50, pt.reconcile.p99, pt.fanout.total.Round(time.Millisecond), pt.fanout.ideal, pt.fanout.reopens)
 		if f := pt.floor; f.clients > 0 {
 			b.log("scale %d clients: the fan-out's floor %s for ideal %s (%d conflicts read again), API peak %.0f req/s",
 				n, f.total.Round(time.Millisecond), f.ideal, f.rereads, f.peakRate)
