@@ -78,6 +78,8 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, err
 	}
 	if p.waiting {
+		// Not in sync, but what it did to the issuing Secret is told.
+		r.report.issuing(ctx, p.written.object, p.issued, p.rootFP)
 		return reconcile.Result{}, nil
 	}
 	// Ready as soon as the gateway is in sync: what follows only tells of
@@ -133,7 +135,7 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 			// waits for them to be read (the load's end queues a
 			// reconcile), and dualca is not ready meanwhile. The issuing
 			// Secret is kept to a root the gateway as found trusts.
-			p.waiting = true
+			p.waiting, p.written = true, written{object: gateway.found[0]}
 			p.issued, err = r.store.syncIssuing(ctx, how, bundle.Waiting(gateway.state, root, r.clock.Now()), root)
 			return p, err
 		}

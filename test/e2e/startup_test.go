@@ -6,13 +6,16 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/dualca/dualca/bundle"
 	"github.com/dualca/dualca/flags"
+	"github.com/dualca/dualca/syncer"
 	"github.com/dualca/dualca/syncer/operator"
+	"github.com/dualca/dualca/test/lib/certs"
 )
 
 // TestTheGatewayTrustsANewRootBeforeTheClientsAreRead: dualca restarts
@@ -127,6 +130,41 @@ func TestAFirstInstallDoesNotWaitForTheClients(t *testing.T) {
 	restore()
 	s.g.Eventually(func() float64 { return s.dualca.Gauge("dualca_clients_read") }).WithTimeout(90 * time.Second).Should(Equal(1.0))
 	s.g.Consistently(s.trustedRoots).WithTimeout(time.Second).ShouldNot(ContainElement(bundle.Fingerprint(old)), "the clients' old root, never read from the root Secret by this install")
+}
+
+// TestTheIssuingSecretIsGuardedWhileAnAdoptionWaits: while the flip from
+// legacy waits for the clients (as above), the issuing Secret, which a
+// hostile writer has set to a CA of their own, is written over with the
+// current root all the same, and told with a Warning: the wait decides
+// nothing of the gateway, but no client is issued meanwhile from a CA
+// dualca never read from the root Secret.
+func TestTheIssuingSecretIsGuardedWhileAnAdoptionWaits(t *testing.T) {
+	t.Parallel()
+	s := newScenario(t, clients)
+	issuing := types.NamespacedName{Namespace: s.ns, Name: rootName + "-issuing-wait"}
+	roles, sa := s.installChartRBACValues(s.chartValues("issuingSecret: {name: " + issuing.Name + "}"))
+	legacy, zero := s.options(true), s.options(false)
+	legacy.IssuingSecret, zero.IssuingSecret = issuing, issuing
+	s.startDualcaAs(s.impersonating(sa, nil), legacy)
+	s.issuingHolds(issuing, s.rootCert())
+	s.dualca.Stop()
+
+	restore := s.withholdCertificateRequests(roles[0])
+	r2 := s.rotate()
+	foreign, err := certs.NewCA(rootName, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	s.g.Expect(err).NotTo(HaveOccurred())
+	sec := &corev1.Secret{}
+	s.g.Expect(s.c.Client.Get(s.ctx, issuing, sec)).To(Succeed())
+	sec.Data = map[string][]byte{corev1.TLSCertKey: foreign.CertPEM, corev1.TLSPrivateKeyKey: foreign.KeyPEM, "ca.crt": foreign.CertPEM}
+	s.g.Expect(s.c.Client.Update(s.ctx, sec)).To(Succeed())
+
+	s.startDualcaAs(s.impersonating(sa, nil), zero)
+	s.issuingHolds(issuing, r2)
+	s.g.Eventually(func() ([]string, error) { return s.dualcaEvents() }).Should(
+		ContainElement("Warning "+syncer.ReasonIssuingSecretTampered), "the overwrite is told")
+	s.g.Expect(s.annotations()).To(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy), "not adopted: the clients are unread")
+	s.g.Expect(s.dualca.Synced()).To(BeFalse(), "not in sync: the adoption waits")
+	restore()
 }
 
 // withholdCertificateRequests takes the CertificateRequests out of role,
