@@ -44,7 +44,7 @@ func AdoptionWaits(gw Gateway, root *Root) bool {
 // the gateway refuses, if it can be helped.
 func Waiting(gw Gateway, root *Root, now time.Time) Decision {
 	return Decision{CAPEM: gw.CAPEM, State: State{Strategy: StrategyZeroDowntime, Phase: PhaseBundle},
-		Known: Provenance(gw.Known, root, nil, now), Roots: casIn(gw.CAPEM)}
+		Known: Provenance(gw.Known, root, nil, now), Roots: gw.Parsed.casIn(gw.CAPEM)}
 }
 
 // adoptedRoots returns the roots an adopted gateway trusts: the CAs of its

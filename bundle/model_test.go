@@ -317,7 +317,6 @@ func (m *model) reconcile() {
 			if !same {
 				m.adoptionsWaited++ // the clients' roots, which it would have dropped
 			}
-
 			// As the syncer does: this adoption waits for the clients to be
 			// read, and the issuing Secret keeps to what the gateway trusts.
 			m.trace = append(m.trace, "the adoption waits for the clients")

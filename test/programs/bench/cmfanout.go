@@ -177,7 +177,7 @@ func (b *bench) cmFanOutRun(ctx context.Context, ns, rootCert string, rootWatch 
 	first, last := triggered.span()
 	return fanoutResult{clients: n, qps: b.opts.qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
 		peakRate: r.peak, meanRate: r.mean(first, last), reissued: reissued, retriggers: b.cluster.Retriggers() - retriggersBefore, rereads: rereads,
-		reopens: triggered.reopens()}, next, nil
+		reopens: triggered.reopened.Load()}, next, nil
 }
 
 // floorBurst is the floor's token bucket size: dualca's --renewal-burst

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -145,7 +146,7 @@ func (b *bench) triggerFanOut(ctx context.Context, w *world, gw *secretWatch, p 
 	r := rates.stop()
 	first, last := triggered.span()
 	return fanoutResult{clients: n, qps: qps, toFirst: first.Sub(rotated), total: last.Sub(first), ideal: ideal,
-		peakRate: r.peak, meanRate: r.mean(first, last), reopens: triggered.reopens()}, nil
+		peakRate: r.peak, meanRate: r.mean(first, last), reopens: triggered.reopened.Load()}, nil
 }
 
 // fanoutBound is how long a fan-out of ideal length may take before the
@@ -162,7 +163,7 @@ type issuingWatch struct {
 	lost error
 	// reopened counts the watches opened again after one ended or failed
 	// to open, from where the last one stopped: nothing is missed.
-	reopened int
+	reopened atomic.Int64
 }
 
 // watchIssuing records when each Certificate of ns first shows Issuing=True
@@ -195,7 +196,7 @@ func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, err
 				return
 			}
 			if err != nil {
-				iw.reopen()
+				iw.reopened.Add(1)
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
@@ -205,7 +206,7 @@ func (b *bench) watchIssuing(ctx context.Context, ns string) (*issuingWatch, err
 				iw.end(err)
 				return
 			}
-			iw.reopen()
+			iw.reopened.Add(1)
 		}
 	}()
 	return iw, nil
@@ -237,21 +238,13 @@ func (iw *issuingWatch) end(err error) {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
 	iw.lost = err
+	iw.wake()
+}
+
+// wake tells waitAll that something changed; iw.mu held.
+func (iw *issuingWatch) wake() {
 	close(iw.changed)
 	iw.changed = make(chan struct{})
-}
-
-func (iw *issuingWatch) reopen() {
-	iw.mu.Lock()
-	defer iw.mu.Unlock()
-	iw.reopened++
-}
-
-// reopens is how many times the watch was opened again.
-func (iw *issuingWatch) reopens() int {
-	iw.mu.Lock()
-	defer iw.mu.Unlock()
-	return iw.reopened
 }
 
 func (iw *issuingWatch) saw(name string, at time.Time) {
@@ -259,8 +252,7 @@ func (iw *issuingWatch) saw(name string, at time.Time) {
 	defer iw.mu.Unlock()
 	if _, ok := iw.at[name]; !ok {
 		iw.at[name] = at
-		close(iw.changed)
-		iw.changed = make(chan struct{})
+		iw.wake()
 	}
 }
 
@@ -414,7 +406,7 @@ type fanoutResult struct {
 	// reopens counts the watches of the triggers opened again where the
 	// last one stopped (none missed an event: one that would have ends
 	// the measurement with an error).
-	reopens int
+	reopens int64
 	// retriggers counts the issuances cert-manager failed and the benchmark
 	// triggered again.
 	retriggers int64
