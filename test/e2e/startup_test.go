@@ -50,7 +50,9 @@ func TestTheGatewayTrustsANewRootBeforeTheClientsAreRead(t *testing.T) {
 	// The gateway trusts both roots: the clients, still on the old one,
 	// keep getting through.
 	s.g.Eventually(s.trustedRoots).Should(ConsistOf(bundle.Fingerprint(r2), bundle.Fingerprint(old)))
-	s.g.Expect(s.dualca.Synced()).To(BeTrue(), "in sync, the clients unread")
+	// The pass that wrote it marks dualca in sync once its write returned:
+	// just after the test sees the write, not before.
+	s.g.Eventually(s.dualca.Synced).Should(BeTrue(), "in sync, the clients unread")
 	s.g.Expect(s.dualca.Gauge("dualca_clients_read")).To(BeZero())
 	s.g.Eventually(func(g Gomega) {
 		r, err := operator.ReadStatus(s.ctx, s.kube.CoreV1(), o.StatusConfigMap, time.Hour, time.Now())
