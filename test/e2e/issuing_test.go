@@ -105,6 +105,9 @@ func newIssuingScenario(t *testing.T, withIssuing bool) *scenario {
 	if !withIssuing {
 		s.startDualca(s.issuingOptions(false))
 	}
+	// A first install is in sync before the clients are read: the
+	// scenario rotates with them read, as it means to.
+	s.g.Eventually(func() float64 { return s.dualca.Gauge("dualca_clients_read") }).Should(Equal(1.0))
 	return s
 }
 

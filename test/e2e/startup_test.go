@@ -92,6 +92,9 @@ func TestAnAdoptionWaitsForTheClientsToBeRead(t *testing.T) {
 	roles, sa := s.installChartRBAC(false)
 	s.startDualcaAs(s.impersonating(sa, nil), s.options(true))
 	s.g.Eventually(s.annotations).Should(HaveKeyWithValue(bundle.AnnotationStrategy, bundle.StrategyLegacy))
+	// In sync once the pass's record write has returned too: the record
+	// holds the root the clients are on, and the adoption keeps it from it.
+	s.g.Eventually(s.dualca.Synced).Should(BeTrue())
 	s.dualca.Stop()
 
 	restore := s.withholdCertificateRequests(roles[0])
