@@ -42,9 +42,25 @@ func AdoptionWaits(gw Gateway, root *Root) bool {
 // reached the gateway and not the issuing Secret), has expired, or was
 // never read from the root Secret: no leaf is signed meanwhile by a root
 // the gateway refuses, if it can be helped.
-func Waiting(gw Gateway, root *Root, now time.Time) Decision {
+//
+// What the gateway trusts is what the objects it reads hold now (served:
+// the bundle of each, nil for one absent), and only the roots all of them
+// hold: nothing is written while the pass waits, and those objects may lag
+// behind the record that gw describes (their writes failed while the
+// record's did not), so the record's ca.crt is not what the gateway
+// trusts.
+func Waiting(gw Gateway, served [][]byte, root *Root, now time.Time) Decision {
+	var trusted []*x509.Certificate
+	for i, data := range served {
+		cas := gw.Parsed.casIn(data)
+		if i == 0 {
+			trusted = cas
+			continue
+		}
+		trusted = slices.DeleteFunc(trusted, func(c *x509.Certificate) bool { return !Contains(cas, c) })
+	}
 	return Decision{CAPEM: gw.CAPEM, State: State{Strategy: StrategyZeroDowntime, Phase: PhaseBundle},
-		Known: Provenance(gw.Known, root, nil, now), Roots: gw.Parsed.casIn(gw.CAPEM)}
+		Known: Provenance(gw.Known, root, nil, now), Roots: trusted}
 }
 
 // adoptedRoots returns the roots an adopted gateway trusts: the CAs of its

@@ -37,11 +37,15 @@ func TestIssuingMovesOnlyToARootTheGatewayTrusts(t *testing.T) {
 		return bundle.Plan(gw, validRoot(t, root, testNow), tracked(), testTimings, testNow)
 	}
 	// waiting: a pass that waits for the clients before adopting a legacy
-	// copy of copyOf, both roots on record (bundle.Waiting).
-	waiting := func(copyOf *certs.CA) bundle.Decision {
+	// copy of copyOf, both roots on record (bundle.Waiting). The objects
+	// the gateway reads hold served, each; none given, the copy.
+	waiting := func(copyOf *certs.CA, served ...[]byte) bundle.Decision {
 		gw := legacyCopy(t, copyOf)
 		gw.Known = []*x509.Certificate{f.r1.Cert, f.r2.Cert}
-		return bundle.Waiting(gw, validRoot(t, f.r2, testNow), testNow)
+		if len(served) == 0 {
+			served = [][]byte{gw.CAPEM}
+		}
+		return bundle.Waiting(gw, served, validRoot(t, f.r2, testNow), testNow)
 	}
 	r1, r2 := bundle.Fingerprint(f.r1.Cert), bundle.Fingerprint(f.r2.Cert)
 	reencoded := validRoot(t, f.r2, testNow)
@@ -109,6 +113,18 @@ func TestIssuingMovesOnlyToARootTheGatewayTrusts(t *testing.T) {
 		},
 		"while an adoption waits for the clients, a root the gateway as found does not trust moves at once": {
 			found: holding(f.r1), decision: waiting(f.r2), root: f.r2,
+			want: bundle.IssuingAction{Write: true, Holds: r2}, reason: "no longer trusted by the gateway",
+		},
+		"while an adoption waits for the clients, what the gateway serves counts, not the record it lags behind": {
+			found: holding(f.r1), decision: waiting(f.r2, pemOf(f.r1.Cert)), root: f.r2,
+			want: bundle.IssuingAction{Holds: r1}, reason: "keeps root",
+		},
+		"while an adoption waits for the clients, a root one of the objects the gateway reads lacks moves at once": {
+			found: holding(f.r1), decision: waiting(f.r1, pemOf(f.r1.Cert), pemOf(f.r2.Cert)), root: f.r2,
+			want: bundle.IssuingAction{Write: true, Holds: r2}, reason: "no longer trusted by the gateway",
+		},
+		"while an adoption waits for the clients, an object the gateway reads gone trusts nothing": {
+			found: holding(f.r1), decision: waiting(f.r1, pemOf(f.r1.Cert), nil), root: f.r2,
 			want: bundle.IssuingAction{Write: true, Holds: r2}, reason: "no longer trusted by the gateway",
 		},
 		"while an adoption waits for the clients, a foreign CA is written over at once": {

@@ -275,6 +275,16 @@ func (m *model) hiddenInView() bool {
 	return m.tracked && (m.unread > 0 || slices.ContainsFunc(m.clients, func(c *modelClient) bool { return c.hidden }))
 }
 
+// servedPEM is the bundle the objects the gateway reads hold: the last
+// written, which the record (m.gw) may be ahead of.
+func (m *model) servedPEM() []byte {
+	var out []byte
+	for _, c := range m.written {
+		out = append(out, pemOf(c)...)
+	}
+	return out
+}
+
 // restart is dualca starting again: in-flight renewals forgotten, and the
 // client cache, half the time, still loading for the next reconciles.
 func (m *model) restart() {
@@ -321,7 +331,7 @@ func (m *model) reconcile() {
 			// read, and the issuing Secret keeps to what the gateway trusts.
 			m.trace = append(m.trace, "the adoption waits for the clients")
 			if m.issuingOn && !m.writesFail {
-				m.syncIssuing(bundle.Waiting(m.gw, root, m.now), root)
+				m.syncIssuing(bundle.Waiting(m.gw, [][]byte{m.servedPEM()}, root, m.now), root)
 			}
 			return
 		}
@@ -377,7 +387,14 @@ func (m *model) reconcile() {
 		defer func() { m.gw, m.annots, m.tampered = prev, prevAnnots, tampered }()
 	}
 	m.checkProvenance(prev, d, root)
-	if m.issuingOn && !m.writesFail && !lost {
+	switch {
+	case !m.issuingOn || m.writesFail:
+	case lost:
+		// As the syncer does: the targets got the decision, its record
+		// did not, and the issuing Secret only leaves a root they no
+		// longer hold (the decision's timing is the stale record's).
+		m.syncIssuing(bundle.Waiting(prev, [][]byte{d.CAPEM}, root, m.now), root)
+	default:
 		m.syncIssuing(d, root)
 	}
 	if m.legacy {
@@ -542,18 +559,24 @@ func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
 	prev := found.Root
 	m.issuingCA = m.root
 	m.issuingMoves++
-	if m.legacy || (prev != nil && prev.Fingerprint == root.Fingerprint) {
+	if m.legacy {
 		return
 	}
 	usable := prev != nil && !a.Tampered && !m.now.After(prev.Cert.NotAfter) && slices.ContainsFunc(m.written, func(c *x509.Certificate) bool { return sameCert(c, prev.Cert) })
+	if d.Refused != "" && (prev == nil || !usable) {
+		// Written over with the root Secret's credential, the only one
+		// dualca holds, though this decision's refusal keeps it out of
+		// the gateway: what it signs is refused, as what it replaced.
+		// (This decision's: m.refused is set after. The same root too:
+		// a record behind the targets may not know it, and a refusal
+		// restores the targets to the record.)
+		m.overRefused = m.issuingCA
+	}
+	if prev != nil && prev.Fingerprint == root.Fingerprint {
+		return
+	}
 	if prev != nil && !usable {
 		m.issuingForced++
-		if m.refused {
-			// Written over with the root Secret's credential, the only
-			// one dualca holds, though a refusal keeps it out of the
-			// gateway: what it signs is refused, as what it replaced.
-			m.overRefused = m.issuingCA
-		}
 		return
 	}
 	ok, since := m.gatewayHadTime(root.Fingerprint)
@@ -1105,8 +1128,11 @@ func (m *model) step() {
 			m.restart()
 			break
 		}
+		// The strategy is a flag: a flip is a start with the other one
+		// (a new pod, or a leader of the other flag taking over).
 		m.legacy = !m.legacy
 		m.trace = append(m.trace, fmt.Sprintf("legacy=%v", m.legacy))
+		m.restart()
 	case n < 51:
 		d := -time.Duration(m.rng.IntN(300)) * time.Second
 		m.now = m.now.Add(d)
@@ -1141,7 +1167,12 @@ func (m *model) step() {
 // settle stops rotations and lets everything finish: every selected client
 // must end on the current root, the server on it, and old roots retired.
 func (m *model) settle() {
-	m.legacy, m.rootBad, m.writesFail, m.recordFails = false, false, false, false
+	if m.legacy {
+		m.legacy = false
+		m.trace = append(m.trace, "settle: legacy=false")
+		m.restart()
+	}
+	m.rootBad, m.writesFail, m.recordFails = false, false, false
 	if m.annots != nil {
 		delete(m.annots, bundle.AnnotationPaused)
 		m.gw.State = bundle.ParseState(m.annots)

@@ -75,6 +75,9 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		r.report.failed(err, p.rootFP, now)
 		r.publishInvalidRoot(ctx, err)
+		// The issuing Secret may have moved before the record's write
+		// failed: that is told.
+		r.report.issuing(ctx, p.written.object, p.issued, p.rootFP)
 		return reconcile.Result{}, err
 	}
 	if p.waiting {
@@ -136,18 +139,38 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 			// reconcile), and dualca is not ready meanwhile. The issuing
 			// Secret is kept to a root the gateway as found trusts.
 			p.waiting, p.written = true, written{object: gateway.found[0]}
-			p.issued, err = r.store.syncIssuing(ctx, how, bundle.Waiting(gateway.state, root, r.clock.Now()), root)
+			p.issued, err = r.store.syncIssuing(ctx, how, bundle.Waiting(gateway.state, r.store.served(gateway.found), root, r.clock.Now()), root)
 			return p, err
 		}
 	}
 	p.clients.Memory = r.signatures
 	p.decision = r.strategy.Plan(gateway.state, root, p.clients, r.clock.Now())
-	if p.written, err = r.store.write(ctx, gateway, p.decision, root); err != nil {
+	p.written, err = r.store.write(ctx, gateway, p.decision, root)
+	if err != nil && !p.written.reached {
 		return p, err
 	}
 	// After the targets: the gateway is told of a root before the issuing
 	// Secret signs with it.
-	if p.issued, err = r.store.syncIssuing(ctx, how, p.decision, root); err != nil {
+	follow := p.decision
+	if err != nil {
+		// The targets hold the decision, the record's write beside them
+		// failed. The issuing Secret still follows them: a legacy copy
+		// drops the old root at once, and left on it while the record's
+		// writes fail, it would sign leaves the gateway refuses. But the
+		// decision's timing came from a record that did not follow, and
+		// may start a root's propagation delay before the targets got
+		// the root: the issuing Secret only leaves a root they no longer
+		// hold (or expired, or foreign), as while an adoption waits.
+		follow = bundle.Waiting(gateway.state, [][]byte{p.decision.CAPEM}, root, r.clock.Now())
+	}
+	issued, issuingErr := r.store.syncIssuing(ctx, how, follow, root)
+	if issuingErr == nil {
+		p.issued = issued
+	}
+	if err != nil {
+		return p, err
+	}
+	if err = issuingErr; err != nil {
 		return p, err
 	}
 	if how.fresh() {

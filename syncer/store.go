@@ -233,6 +233,23 @@ func (s *gatewayStore) validateRoot(certPEM, keyPEM, caPEM []byte) (*bundle.Root
 	return root, err
 }
 
+// served are the bundles the targets found hold, one for each target that
+// holds one (nil for one absent): what the gateway trusts now.
+func (s *gatewayStore) served(found []client.Object) [][]byte {
+	var out [][]byte
+	for i, t := range s.targets {
+		if t.bundleKey == "" {
+			continue
+		}
+		var data []byte
+		if found[i] != nil {
+			data = dataOf(found[i])[t.bundleKey]
+		}
+		out = append(out, data)
+	}
+	return out
+}
+
 // gatewayRead is the targets as a reconcile found them.
 type gatewayRead struct {
 	// found are the targets, in the store's order; nil for one absent.
@@ -466,6 +483,10 @@ type written struct {
 	// deferred is how long a change of the client progress alone waits
 	// before it is written; 0 when nothing waits.
 	deferred time.Duration
+	// reached: every target holds the decision, though the write may have
+	// failed (the record's part): what follows the targets, the issuing
+	// Secret, follows them.
+	reached bool
 }
 
 // write creates or updates each target to hold d, those that hold the
@@ -503,7 +524,13 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 	if w.wrote {
 		s.untold.add(read.restoring(s.targets), read.tampered)
 	}
+	w.reached = err == nil
 	if err = writeError(err, <-recorded); err != nil {
+		if w.reached {
+			// The targets hold the decision, the record does not: the
+			// caller still moves the issuing Secret after them.
+			return written{object: w.object, reached: true}, err
+		}
 		return written{}, err
 	}
 	w.restored, w.tampered = s.untold.take()

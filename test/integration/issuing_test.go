@@ -222,3 +222,31 @@ func mustCerts(t *testing.T, data []byte) []*x509.Certificate {
 	}
 	return cs
 }
+
+// TestTheIssuingSecretFollowsALegacyCopyWhoseRecordIsRefused: under the
+// legacy strategy the gateway Secret is a plain copy of the root, the old
+// root dropped at once, and the issuing Secret moves with it. While the
+// API server refuses every write of dualca's record (a policy, a quota),
+// a rotation still reaches the gateway Secret, and the reconcile fails on
+// the record. The issuing Secret follows the gateway all the same: left on
+// root-1, it would sign leaves the gateway, on root-2 alone, refuses. (A
+// model history found it: before, the failed record write ended the pass
+// before the issuing Secret was looked at.)
+func TestTheIssuingSecretFollowsALegacyCopyWhoseRecordIsRefused(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o, key := s.issuingOptions()
+	o.Legacy = true
+	d, _ := s.startOnFirstRoot(o)
+	s.g.Eventually(issuingRoot(key)).Should(Equal("root-1"))
+	s.freeze(syncer.DefaultStateSecret(s.gateway))
+
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(s.view).Should(HaveField("Roots", []string{"root-2"}), "the gateway Secret, a copy of root-2 alone")
+	s.g.Eventually(issuingRoot(key)).Should(Equal("root-2"), "the issuing Secret follows the gateway, though the record is refused")
+	s.g.Eventually(func() float64 { return d.Total("dualca_sync_errors_total") }).Should(BeNumerically(">", 0),
+		"the record's refused writes fail the reconciles")
+	s.g.Eventually(s.events).Should(ContainElement(And(HavePrefix(syncer.ReasonIssuingSecretMoved+": "),
+		ContainSubstring("root "+bundle.Short(fingerprint(r2.Cert))))), "the move is told though the reconcile failed")
+}

@@ -122,6 +122,24 @@ func (d *Dualca) Gauge(name string) float64 {
 	return f.GetMetric()[0].GetGauge().GetValue()
 }
 
+// GaugeTotal is the sum of every series of dualca's gauge name (0 when it
+// has none): a gauge with labels, such as the clients counted by root.
+func (d *Dualca) GaugeTotal(name string) float64 {
+	return d.sum(name, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// sum is the sum of value over every series of dualca's metric name (0
+// when it has none).
+func (d *Dualca) sum(name string, value func(*dto.Metric) float64) float64 {
+	total := 0.0
+	if f := d.family(name); f != nil {
+		for _, m := range f.GetMetric() {
+			total += value(m)
+		}
+	}
+	return total
+}
+
 // family is one of dualca's metric families now; nil when it has no series.
 func (d *Dualca) family(name string) *dto.MetricFamily {
 	fams, err := d.metrics.Gather()
@@ -168,11 +186,5 @@ func (d *Dualca) Counter(name string) float64 {
 // Total is the sum of every series of dualca's counter name (0 when it
 // has none yet): a counter with labels, such as its sync errors by reason.
 func (d *Dualca) Total(name string) float64 {
-	total := 0.0
-	if f := d.family(name); f != nil {
-		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	return d.sum(name, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
 }
