@@ -181,8 +181,15 @@ func (p *planning) refuse(why string, planned []Moment) Decision {
 			upcoming = append(upcoming, m)
 		}
 	}
-	return Decision{CertPEM: p.gw.CertPEM, KeyPEM: p.gw.KeyPEM, CAPEM: p.gw.CAPEM, State: p.gw.State, Known: p.gw.Known,
-		Roots: p.gw.Parsed.casIn(p.gw.CAPEM), Refused: why, Upcoming: upcoming, NextCheck: nextCheck(upcoming),
+	// The current root is read from the root Secret though it is kept
+	// out of the bundle, and its record says so: the issuing Secret may
+	// hold it meanwhile, and with no record of it, a later decision would
+	// take it for a hostile writer's CA. The bundle's roots stay known
+	// (those dualca knew: a CA of an adopted ca.crt proves nothing).
+	roots := p.gw.Parsed.casIn(p.gw.CAPEM)
+	kept := slices.DeleteFunc(slices.Clone(roots), func(c *x509.Certificate) bool { return !Contains(p.gw.Known, c) })
+	return Decision{CertPEM: p.gw.CertPEM, KeyPEM: p.gw.KeyPEM, CAPEM: p.gw.CAPEM, State: p.gw.State, Known: Provenance(p.gw.Known, p.root, kept, p.now),
+		Roots: roots, Refused: why, Upcoming: upcoming, NextCheck: nextCheck(upcoming),
 		Events: []Event{{Warning: true, Reason: ReasonBundleTooLarge, Message: "the gateway is left as it is, root " + describe(p.root.Cert) +
 			" not trusted: " + why + "; it fits once clients leave older roots (renewed) or those expire"}}}
 }

@@ -95,7 +95,12 @@ func Issuing(found IssuingFound, d Decision, root *Root, now time.Time) IssuingA
 		current.Tampered = true
 		current.Reason = "the issuing secret holds no usable CA (" + errString(found.Invalid) + "); root " + describe(root.Cert) + " written over it"
 		return current
-	case held != nil && !Contains(d.Known, held.Cert):
+	case held != nil && held.Fingerprint != root.Fingerprint && !Contains(d.Known, held.Cert):
+		// The current root is read from the root Secret whatever the
+		// record knows: a refused decision's (budget.go) knows the roots
+		// of the gateway as it was, and without this the issuing Secret
+		// holding the current root was written over, with a tampering
+		// Warning, at every reconcile of a refusal.
 		current.Tampered = true
 		current.Reason = "the issuing secret held CA " + describe(held.Cert) + ", never read from the root Secret; root " + describe(root.Cert) + " written over it"
 		return current

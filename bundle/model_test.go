@@ -141,6 +141,19 @@ type model struct {
 	// overRefused is the root the issuing Secret was written over with,
 	// found tampered or expired, while a refusal kept it from the gateway.
 	overRefused *certs.CA
+	// overUnvouched is the root the issuing Secret was last written over
+	// with when what it held signed nothing the gateway accepts: expired,
+	// not held by the gateway, or a CA dualca cannot vouch for (a hostile
+	// writer's, or a root of the root Secret's that its record does not
+	// know, which it cannot tell from a hostile writer's). Until the
+	// objects the gateway reads get that root, what it signs is refused.
+	// provenanceLost counts the roots of the root Secret's written over as
+	// foreign.
+	overUnvouched  *certs.CA
+	provenanceLost int
+	// waitMoves counts the issuing Secret's writes by passes that waited
+	// for the clients.
+	waitMoves int
 }
 
 func newModel(t *testing.T, seed uint64) *model {
@@ -229,7 +242,7 @@ func (m *model) issue(c *modelClient) {
 		// root the objects the gateway reads hold (or from a CA a hostile
 		// writer put there, which dualca trusts nowhere: provenance).
 		foreign := m.attackerKeys[string(issuer.Cert.RawSubjectPublicKeyInfo)]
-		m.check(m.legacy || foreign || m.written == nil || bundle.Contains(m.written, issuer.Cert) || issuer == m.overRefused,
+		m.check(m.legacy || foreign || m.written == nil || bundle.Contains(m.written, issuer.Cert) || issuer == m.overRefused || issuer == m.overUnvouched,
 			"invariant 12: %s issued from the issuing Secret's %s, which the gateway's bundle does not hold", c.name, issuer.Cert.Subject.CommonName)
 	}
 	leaf, _, _, err := issuer.Leaf(c.name, m.now.Add(-time.Minute), m.now.Add(life))
@@ -331,7 +344,9 @@ func (m *model) reconcile() {
 			// read, and the issuing Secret keeps to what the gateway trusts.
 			m.trace = append(m.trace, "the adoption waits for the clients")
 			if m.issuingOn && !m.writesFail {
+				before := m.issuingMoves
 				m.syncIssuing(bundle.Waiting(m.gw, [][]byte{m.servedPEM()}, root, m.now), root)
+				m.waitMoves += m.issuingMoves - before
 			}
 			return
 		}
@@ -344,6 +359,7 @@ func (m *model) reconcile() {
 	}
 	if !m.legacy {
 		m.gw.Lagging = m.lagging()
+		m.gw.ServedSince = m.servedSince()
 		if m.gw.Lagging {
 			m.lateWrites++
 		}
@@ -549,7 +565,16 @@ func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
 	}
 	a := bundle.Issuing(found, d, root, m.now)
 	m.check(a.Holds == "" || a.Write || (found.Root != nil && a.Holds == found.Root.Fingerprint), "issuing: holds what it found unless it writes")
+	// Holding the current root, the only credential dualca has, while
+	// this decision's refusal (m.refused is set after) keeps it out of the
+	// gateway: what it signs is refused, as what an Issuer reading the
+	// root Secret would sign.
+	refusedCurrent := d.Refused != "" && a.Holds == root.Fingerprint &&
+		!slices.ContainsFunc(m.written, func(c *x509.Certificate) bool { return sameCert(c, root.Cert) })
 	if !a.Write {
+		if refusedCurrent {
+			m.overRefused = m.issuingCA
+		}
 		if found.Root != nil && found.Root.Fingerprint != root.Fingerprint {
 			m.held++
 		}
@@ -563,20 +588,32 @@ func (m *model) syncIssuing(d bundle.Decision, root *bundle.Root) {
 		return
 	}
 	usable := prev != nil && !a.Tampered && !m.now.After(prev.Cert.NotAfter) && slices.ContainsFunc(m.written, func(c *x509.Certificate) bool { return sameCert(c, prev.Cert) })
-	if d.Refused != "" && (prev == nil || !usable) {
-		// Written over with the root Secret's credential, the only one
-		// dualca holds, though this decision's refusal keeps it out of
-		// the gateway: what it signs is refused, as what it replaced.
-		// (This decision's: m.refused is set after. The same root too:
-		// a record behind the targets may not know it, and a refusal
-		// restores the targets to the record.)
+	if refusedCurrent {
 		m.overRefused = m.issuingCA
 	}
 	if prev != nil && prev.Fingerprint == root.Fingerprint {
 		return
 	}
+	if prev != nil && a.Tampered {
+		if !m.attackerKeys[string(prev.Cert.RawSubjectPublicKeyInfo)] {
+			// A root of the root Secret's that the record does not know:
+			// written there while the record's writes failed, or by a
+			// pass that waited for the clients (it writes no record),
+			// and forgotten (a restart, another root meanwhile). Never
+			// else.
+			m.provenanceLost++
+			m.check(m.recordLate > 0 || m.waitMoves > 0, "issuing: root %s, read from the root Secret, written over as foreign, though no record write was lost and no waiting pass wrote it", prev.Cert.Subject.CommonName)
+		}
+	}
 	if prev != nil && !usable {
+		// Written over a root that signs nothing the gateway accepts
+		// (expired, not held by it, or a CA dualca cannot vouch for)
+		// with the only credential dualca holds. Until the objects the
+		// gateway reads get that root (at once, but not while an
+		// adoption waits or their writes fail), what it signs is
+		// refused, as what it replaced would be.
 		m.issuingForced++
+		m.overUnvouched = m.issuingCA
 		return
 	}
 	ok, since := m.gatewayHadTime(root.Fingerprint)
@@ -607,6 +644,13 @@ func (m *model) lagging() bool {
 	return !ok
 }
 
+// servedSince is when the objects the gateway reads got the recorded
+// current root, as the syncer reads it from dualca's own (sealed) write of
+// the primary target: here, when they first held it.
+func (m *model) servedSince() time.Time {
+	return m.writtenAt[m.gw.State.Root]
+}
+
 // wrote records a write of the objects the gateway reads.
 func (m *model) wrote(ca []byte) {
 	roots := parsed(m.t, ca)
@@ -634,6 +678,10 @@ func (m *model) apply(d bundle.Decision) {
 	if m.gw.Exists && string(d.CAPEM) == string(m.gw.CAPEM) && string(d.CertPEM) == string(m.gw.CertPEM) &&
 		maps.Equal(d.State.Annotations(), m.annots) {
 		m.check(len(d.Events) == 0 || d.Refused != "", "an unchanged gateway comes with no event, got %v", d.Events)
+		// The record still takes what the decision knows (the syncer
+		// writes it whenever it differs): a refusal knows the current
+		// root it keeps out.
+		m.gw.Known = d.Known
 		return
 	}
 	for _, e := range d.Events {
@@ -798,7 +846,10 @@ func (m *model) checkUnread(prev bundle.Gateway, d bundle.Decision, root *bundle
 	m.check(len(d.Renew) == 0, "unread clients: %v renewed", d.Renew)
 	was, is := prev.State.Clients, d.State.Clients
 	m.check((was == nil) == (is == nil) && (was == nil || *was == *is), "unread clients: the recorded progress %v became %v", was, is)
-	m.check(d.State.ClientsReadyAt.Equal(prev.State.ClientsReadyAt) || d.State.ClientsReadyAt.IsZero(),
+	// Kept, cleared, or (recorded after now by a clock that went back)
+	// brought back to now, as rotate.go does with every recorded moment.
+	backToNow := prev.State.ClientsReadyAt.After(m.now) && !d.State.ClientsReadyAt.After(m.now.Add(time.Second))
+	m.check(d.State.ClientsReadyAt.Equal(prev.State.ClientsReadyAt) || d.State.ClientsReadyAt.IsZero() || backToNow,
 		"unread clients: the readiness stamp %s became %s", prev.State.ClientsReadyAt, d.State.ClientsReadyAt)
 	if prev.Exists && d.State.Server != prev.State.Server {
 		m.unreadForced++
@@ -1185,7 +1236,10 @@ func (m *model) settle() {
 	// and the server's chain expire, or the server root nears its expiry
 	// and the server switches: time passes, cert-manager renewing what
 	// expires, until the plan fits; a rotation meanwhile may start over.
-	for round := 0; round == 0 || m.refused && round < 3; round++ {
+	// Another round, too, when a refusal that lasted into the rotation
+	// left the clients too little of it to move (their issuing Secret
+	// moves only once the gateway has the root).
+	for round := 0; round == 0 || (m.refused || m.tracked && m.gw.State.Phase != bundle.PhaseSteady) && round < 3; round++ {
 		for i := 0; m.refused && i < 60; i++ {
 			m.now = m.now.Add(10 * time.Minute)
 			for _, c := range m.clients {

@@ -26,6 +26,13 @@ type Gateway struct {
 	// deleted or edited). The root's propagation delay then starts again
 	// from this decision, whose write brings it there (see rotate.go).
 	Lagging bool
+	// ServedSince is when the objects the gateway reads got the recorded
+	// current root, as dualca's own write of them says (sealed: see the
+	// syncer's record); zero when none says. A record whose writes failed
+	// while theirs did not may date the root from before they had it:
+	// the later of the two is what the propagation delay counts from
+	// (see rotate.go).
+	ServedSince time.Time
 }
 
 // Timings are the rotation delays of the zero-downtime strategy.

@@ -26,6 +26,12 @@ import (
 // to a root it has never loaded. So while the gateway lags behind the
 // record on the current root, RootAddedAt is now: the delay counts from
 // the write that reaches it.
+//
+// A lost record write, the other way round: the objects the gateway reads
+// got the root (a write that was late as above, restamped), and the record
+// beside them did not, so it still dates the root from before they had
+// it. Their own write says when they got it (Gateway.ServedSince), and the
+// later of the two is what the delay counts from.
 
 // startRotation returns the state carried over from the gateway Secret
 // (the operator's annotations as found among it), with the rotation the
@@ -51,6 +57,12 @@ func (p *planning) startRotation(trusted []*x509.Certificate) State {
 	}
 	if st.RootAddedAt.IsZero() || st.RootAddedAt.After(p.stamp) || p.gw.Lagging {
 		st.RootAddedAt = p.stamp
+	}
+	if since := p.gw.ServedSince; prev.Root == p.root.Fingerprint && since.After(st.RootAddedAt) {
+		st.RootAddedAt = since
+		if since.After(p.stamp) {
+			st.RootAddedAt = p.stamp
+		}
 	}
 	for _, at := range []*time.Time{&st.SwitchedAt, &st.ClientsReadyAt} {
 		if at.After(p.stamp) {

@@ -328,6 +328,7 @@ func (s *gatewayStore) readGateway(ctx context.Context, how reading) (gatewayRea
 	case rec != nil:
 		read.state = gatewayOfRecord(rec, credential, s.record.known(rec), s.parsed)
 		read.state.Lagging = lagging(s.targets, read.found, rec, read.meant)
+		read.state.ServedSince = servedSince(s.targets, read.found, rec, read.meant)
 	case slices.ContainsFunc(read.found, func(o client.Object) bool { return o != nil }):
 		read.state = s.adopted(read.found)
 	}
@@ -464,6 +465,24 @@ func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret, meant
 		}
 	}
 	return false
+}
+
+// servedSince is when the primary target says the gateway got the
+// record's current root: its state annotations, read only when it is
+// dualca's own write (meant: sealed, or the record's own), which the
+// record may not have followed. Zero when it is absent, not dualca's, or
+// names another root. A writer of the gateway Secret cannot make it say
+// anything (the seal covers the annotations); and the decision takes it
+// only when it is later than the record's, so it can only postpone.
+func servedSince(ts []*targetState, found []client.Object, rec *corev1.Secret, meant map[string]string) time.Time {
+	if len(ts) == 0 || found[0] == nil || meant[ts[0].id()] == "" {
+		return time.Time{}
+	}
+	st := bundle.ParseState(found[0].GetAnnotations())
+	if st.Root == "" || st.Root != rec.Annotations[bundle.AnnotationRoot] {
+		return time.Time{}
+	}
+	return st.RootAddedAt
 }
 
 // written is what a write did.

@@ -250,3 +250,59 @@ func TestTheIssuingSecretFollowsALegacyCopyWhoseRecordIsRefused(t *testing.T) {
 	s.g.Eventually(s.events).Should(ContainElement(And(HavePrefix(syncer.ReasonIssuingSecretMoved+": "),
 		ContainSubstring("root "+bundle.Short(fingerprint(r2.Cert))))), "the move is told though the reconcile failed")
 }
+
+// TestARecordThatLostWritesDoesNotShortenThePropagationDelay: the gateway
+// Secret's writes are refused when root-2 comes, so dualca's record gets
+// root-2 first, dated then; then the record's writes are refused and the
+// gateway Secret's are not, so the gateway Secret gets root-2 well after
+// the propagation delay from that date; then the record is writable again.
+// The delay counts from when the gateway Secret got root-2 (its own sealed
+// annotations say so), not from the record's older date: before, the
+// issuing Secret moved to root-2 at once, and clients would have been
+// renewed onto it, though the gateway had only just been told. (A model
+// history found it: seed 6771 of the model test's long search.)
+func TestARecordThatLostWritesDoesNotShortenThePropagationDelay(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	o, key := s.issuingOptions()
+	o.TrustPropagationDelay = 6 * time.Second
+	s.startOnFirstRoot(o)
+	s.g.Eventually(issuingRoot(key)).Should(Equal("root-1"))
+	record := syncer.DefaultStateSecret(s.gateway)
+	pokes := 0
+	poke := func() { // a reconcile now, whatever the backoff of the failed ones
+		pokes++
+		s.edit(s.root, func(sec *corev1.Secret) { sec.Labels = map[string]string{"poke": strconv.Itoa(pokes)} })
+	}
+	stateOf := func(k types.NamespacedName) func() bundle.State {
+		return func() bundle.State { return bundle.ParseState(s.secret(k).Annotations) }
+	}
+
+	unfreezeGateway := s.freeze(s.gateway)
+	r2 := s.newRoot("root-2")
+	s.putRoot(r2)
+	s.g.Eventually(stateOf(record)).Should(HaveField("Root", fingerprint(r2.Cert)), "the record has root-2, the gateway Secret not")
+	unfreezeRecord := s.freeze(record)
+	recordedAt := stateOf(record)().RootAddedAt
+	s.g.Expect(rootsOf(s.gatewaySecret().Data["ca.crt"])).NotTo(ContainElement("root-2"))
+	// The gap the scenario needs: more than the delay since the record
+	// dated root-2.
+	s.g.Eventually(func() time.Time { return time.Now() }).WithTimeout(2 * o.TrustPropagationDelay).
+		Should(BeTemporally(">", recordedAt.Add(o.TrustPropagationDelay+2*time.Second)))
+
+	unfreezeGateway()
+	poke()
+	s.g.Eventually(func() []string { return rootsOf(s.gatewaySecret().Data["ca.crt"]) }).Should(ContainElement("root-2"))
+	servedAt := stateOf(s.gateway)().RootAddedAt
+	s.g.Expect(servedAt).To(BeTemporally(">", recordedAt.Add(o.TrustPropagationDelay)), "the gateway Secret got root-2 after the delay from the record's date")
+	s.g.Expect(issuingRoot(key)()).To(Equal("root-1"))
+
+	unfreezeRecord()
+	poke()
+	s.g.Eventually(stateOf(record)).Should(HaveField("RootAddedAt", Equal(servedAt)),
+		"the record dates root-2 from when the gateway Secret got it")
+	s.g.Eventually(issuingRoot(key)).WithTimeout(30 * time.Second).Should(Equal("root-2"))
+	issuing := s.secret(key)
+	s.g.Expect(writtenAt(issuing)).To(BeTemporally(">=", servedAt.Add(o.TrustPropagationDelay)),
+		"the issuing Secret moved no sooner than the delay after the gateway Secret got root-2 (whole seconds)")
+}

@@ -322,7 +322,7 @@ func (s *setup) edit(key types.NamespacedName, change func(*corev1.Secret)) {
 func (s *setup) freeze(key types.NamespacedName) (unfreeze func()) {
 	s.t.Helper()
 	ctx := context.Background()
-	name := "freeze-" + key.Namespace
+	name := "freeze-" + key.Namespace + "-" + key.Name
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
