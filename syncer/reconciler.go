@@ -163,10 +163,8 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 		// hold (or expired, or foreign), as while an adoption waits.
 		follow = bundle.Waiting(gateway.state, [][]byte{p.decision.CAPEM}, root, r.clock.Now())
 	}
-	issued, issuingErr := r.store.syncIssuing(ctx, how, follow, root)
-	if issuingErr == nil {
-		p.issued = issued
-	}
+	var issuingErr error
+	p.issued, issuingErr = r.store.syncIssuing(ctx, how, follow, root)
 	if err != nil {
 		return p, err
 	}
