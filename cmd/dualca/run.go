@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	setMemoryLimit(logger)
+	tuneGC(logger)
 
 	if err := servePprof(ctx); err != nil {
 		return err
