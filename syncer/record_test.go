@@ -1,7 +1,9 @@
 package syncer
 
 import (
+	"maps"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -208,4 +210,60 @@ func found(gateway *corev1.Secret) []client.Object {
 		return []client.Object{nil}
 	}
 	return []client.Object{gateway}
+}
+
+// TestOnlyDualcasOwnWriteSaysWhenTheGatewayGotTheRoot: the date the
+// propagation delay may count from instead of the record's
+// (Gateway.ServedSince) is read from the gateway Secret only when the
+// Secret is dualca's own write: the record's content, or sealed for the
+// record as it is. A writer of the gateway Secret who dates the root
+// otherwise, earlier to hurry the clients or later to hold them, without
+// the seal, or with one copied from dualca's write, is not read at all.
+func TestOnlyDualcasOwnWriteSaysWhenTheGatewayGotTheRoot(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	r := newRotation(t)
+	ts := combined()
+	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
+	rec.last = recordOf(rec, gatewayFor(r.renew), nil, r.renew, r.r2)
+	rec.last.ResourceVersion = "5"
+	key := rec.sealKey()
+	served := func(gw *corev1.Secret) time.Time {
+		_, meant, _ := examine(ts, found(gw), nil, rec.last, key)
+		return servedSince(ts, found(gw), rec.last, meant)
+	}
+	dated := func(gw *corev1.Secret, at time.Time) *corev1.Secret {
+		out := gw.DeepCopy()
+		st := bundle.ParseState(out.Annotations)
+		st.RootAddedAt = at
+		maps.Copy(out.Annotations, st.Annotations())
+		delete(out.Annotations, annotationSeal)
+		return out
+	}
+	seal := func(gw *corev1.Secret) *corev1.Secret {
+		out := gw.DeepCopy()
+		out.Annotations[annotationSeal] = sealOf(key, "5", ts[0].id(), ts[0].digest(gw))
+		return out
+	}
+
+	recorded := bundle.ParseState(rec.last.Annotations).RootAddedAt
+	g.Expect(recorded).NotTo(BeZero())
+	g.Expect(served(gatewayFor(r.renew))).To(Equal(recorded), "the record's own content")
+	later := recorded.Add(10 * time.Minute)
+	own := seal(dated(gatewayFor(r.renew), later))
+	g.Expect(served(own)).To(Equal(later), "dualca's sealed write, ahead of the record")
+
+	for name, gw := range map[string]*corev1.Secret{
+		"dated earlier": dated(gatewayFor(r.renew), recorded.Add(-time.Hour)),
+		"dated later":   dated(gatewayFor(r.renew), later.Add(time.Hour)),
+		"the sealed write, redated": func() *corev1.Secret {
+			gw := dated(own, recorded.Add(-time.Hour))
+			gw.Annotations[annotationSeal] = own.Annotations[annotationSeal]
+			return gw
+		}(),
+		"the sealed write, unsealed": dated(own, later),
+	} {
+		g.Expect(served(gw)).To(BeZero(), name)
+	}
+	g.Expect(served(seal(dated(gatewayFor(r.steady), later)))).To(BeZero(), "sealed, but of another root than the record's")
 }
