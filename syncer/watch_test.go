@@ -75,7 +75,9 @@ func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	g.Expect(r.clientEventWait()).To(BeZero(), "before any reconcile")
 	r.took.Store(int64(3 * time.Millisecond))
 	g.Expect(r.clientEventWait()).To(Equal(6 * time.Millisecond))
-	r.took.Store(int64(550 * time.Millisecond))
+	r.took.Store(int64(1500 * time.Millisecond))
+	g.Expect(r.clientEventWait()).To(Equal(3*time.Second), "a third of the time, up to reconciles of 1.5 s")
+	r.took.Store(int64(2 * time.Second))
 	g.Expect(r.clientEventWait()).To(Equal(maxClientEventWait))
 }
 
