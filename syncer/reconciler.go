@@ -2,7 +2,7 @@ package syncer
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -37,9 +37,9 @@ type reconciler struct {
 	// cost a public-key operation per pair. Each reconcile starts a
 	// generation of it, so it holds what the decisions use now.
 	signatures *bundle.Memory
-	// took is how long the last reconcile ran, in nanoseconds: client
-	// events wait in proportion to it (see clientEventWait).
-	took atomic.Int64
+	// pace holds the reconciles that client events start to a share of
+	// the time (see clientPace).
+	pace clientPace
 }
 
 // pass is what one attempt at a reconcile read, decided and wrote.
@@ -60,9 +60,20 @@ type pass struct {
 // writes the gateway once if anything changed, reports, and hands the
 // clients due for renewal to the renewer. Each reconcile ends by
 // scheduling the next poll.
-func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	began := time.Now() // the monotonic clock: this paces work, it decides nothing
-	defer func() { r.took.Store(int64(time.Since(began))) }()
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
+	r.pace.began()
+	defer func() { // also after a panic, which the controller turns into an error
+		if wait, pending := r.pace.ended(); pending && err == nil && (res.RequeueAfter == 0 || wait < res.RequeueAfter) {
+			// A client changed while this ran, perhaps after it read
+			// them: the reconcile that reads the change comes after the
+			// wait. (After an error, the controller's retry reads it.)
+			res.RequeueAfter = max(wait, time.Millisecond)
+		}
+	}()
+	return r.reconcile(ctx, req)
+}
+
+func (r *reconciler) reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	r.signatures.Advance()
 	var p pass
 	attempt := 0
@@ -177,26 +188,84 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 	return p, nil
 }
 
-// clientEventWait is how long a client's change waits before it starts a
-// reconcile: twice the last reconcile's duration, at most
-// maxClientEventWait. A fan-out over fifty thousand clients changes
-// hundreds of them a second, and a reconcile reads them all (half a
-// second at that size): started at every change, reconciles would take a
-// whole core from the renewals they follow. Waiting holds them to a third
-// of the time, and the changes that arrive meanwhile join the same work
-// item. With a hundred clients a reconcile takes milliseconds, and so does
-// the wait. Changes of the root and the gateway never wait. The wait only
-// delays what dualca learns of its clients' progress, which postpones a
-// server switch and never advances one.
-func (r *reconciler) clientEventWait() time.Duration {
-	return min(2*time.Duration(r.took.Load()), maxClientEventWait)
+// clientPace paces the reconciles that a client's change starts: the
+// reconcile waits twice the last reconcile's duration, counted from that
+// reconcile's end, at most maxClientEventWait. A fan-out over fifty
+// thousand clients changes hundreds of them a second, and a reconcile
+// reads them all (half a second at that size): started at every change,
+// reconciles would take a whole core from the renewals they follow.
+// Waiting holds them to a third of the time, and the changes that arrive
+// meanwhile join the same work item. A change that comes while a
+// reconcile runs is queued by that reconcile as it ends, after the wait:
+// queued at once, with the wait counted from the change, it would start
+// as soon as the running one ended whenever that ran longer than the
+// wait, and reconciles took half the fan-out's time. With a hundred
+// clients a reconcile takes milliseconds, and so does the wait. Changes
+// of the root and the gateway never wait. The wait only delays what
+// dualca learns of its clients' progress, which postpones a server
+// switch and never advances one.
+type clientPace struct {
+	mu sync.Mutex
+	// now is the clock; nil: time.Now (monotonic: this paces work, it
+	// decides nothing).
+	now func() time.Time
+	// running: a reconcile is under way, since start; pending: a client
+	// changed meanwhile.
+	running, pending bool
+	start            time.Time
+	// end is when the last reconcile ended, took how long it ran.
+	end  time.Time
+	took time.Duration
 }
 
-// maxClientEventWait bounds clientEventWait: a reconcile slowed by an
+func (p *clientPace) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
+}
+
+// began says a reconcile starts: what changed before it, it reads.
+func (p *clientPace) began() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.running, p.pending, p.start = true, false, p.clock()
+}
+
+// ended says the reconcile ended; pending reports whether a client
+// changed while it ran, and wait how long the reconcile that reads the
+// change waits.
+func (p *clientPace) ended() (wait time.Duration, pending bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.end = p.clock()
+	p.running, p.took = false, p.end.Sub(p.start)
+	pending, p.pending = p.pending, false
+	return p.waitLocked(), pending
+}
+
+// changed says a client changed: queue reports whether the change's work
+// item is to be queued, after wait; false when the running reconcile
+// queues it as it ends.
+func (p *clientPace) changed() (wait time.Duration, queue bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		p.pending = true
+		return 0, false
+	}
+	return p.waitLocked(), true
+}
+
+func (p *clientPace) waitLocked() time.Duration {
+	return max(0, min(2*p.took, maxClientEventWait)-p.clock().Sub(p.end))
+}
+
+// maxClientEventWait bounds the wait: a reconcile slowed by an
 // unresponsive API server must not leave client progress unseen for long.
 // It holds reconciles to a third of the time up to reconciles of 1.5 s:
 // at fifty thousand clients in a fan-out they took 480 ms on average and
-// up to 1.5 s, and a bound of 1 s let them take 44 % of it.
+// up to 1.5 s.
 const maxClientEventWait = 3 * time.Second
 
 // requeueAfter is the jittered poll interval, or less when a write of the

@@ -144,8 +144,8 @@ func (r *reconciler) setupWithManager(mgr ctrl.Manager, c caches, watch bool) er
 			return fmt.Errorf("adding the client load: %w", err)
 		}
 		r.clients.loaded = &load.loaded
-		b = b.WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.clientEventWait, r.clients.changed, load.loaded.Load)))).
-			WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.clientEventWait, r.clients.changed, load.loaded.Load))))
+		b = b.WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.Certificate{}, waitingWorkItem[*cmapi.Certificate](r.request(), r.pace.changed, r.clients.changed, load.loaded.Load)))).
+			WatchesRawSource(load.source(source.Kind(c.clients, &cmapi.CertificateRequest{}, waitingWorkItem[*cmapi.CertificateRequest](r.request(), r.pace.changed, r.clients.changed, load.loaded.Load))))
 	}
 	return b.Complete(r)
 }
@@ -303,19 +303,24 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 	})
 }
 
-// waitingWorkItem maps every event to req, added to the queue after wait():
-// an event that comes while req already waits changes nothing, so a burst
-// of events becomes one reconcile. Each event first tells changed of the
+// waitingWorkItem maps every event to req, added to the queue after the
+// wait pace gives, or not at all when pace leaves it to the reconcile
+// under way: an event that comes while req already waits changes
+// nothing, so a burst of events becomes one reconcile. Each event first tells changed of the
 // object (gone: deleted), in the same handler, so the reconcile it queues
 // reads the change. Before the client cache has loaded (loaded false), an
 // event queues nothing: the reconciles then read no client.
-func waitingWorkItem[T client.Object](req reconcile.Request, wait func() time.Duration, changed func(client.Object, bool), loaded func() bool) handler.TypedEventHandler[T, reconcile.Request] {
+func waitingWorkItem[T client.Object](req reconcile.Request, pace func() (time.Duration, bool), changed func(client.Object, bool), loaded func() bool) handler.TypedEventHandler[T, reconcile.Request] {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj T, gone bool) {
 		changed(obj, gone)
 		if !loaded() {
 			return // the load's end queues the reconcile that reads it
 		}
-		if d := wait(); d > 0 {
+		d, queue := pace()
+		if !queue {
+			return // the reconcile under way queues it as it ends
+		}
+		if d > 0 {
 			q.AddAfter(req, d)
 			return
 		}

@@ -32,7 +32,7 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	var changes atomic.Int32
 	var told []string // what the tracker was told of the last two events, NAME/gone
 	var loaded atomic.Bool
-	h := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return wait }, func(o client.Object, gone bool) {
+	h := waitingWorkItem[*corev1.Secret](req, func() (time.Duration, bool) { return wait, true }, func(o client.Object, gone bool) {
 		changes.Add(1)
 		told = append(told[max(0, len(told)-1):], fmt.Sprintf("%s/%t", o.GetName(), gone))
 	}, loaded.Load)
@@ -61,24 +61,58 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 	q.Done(got)
 	g.Consistently(q.Len).WithTimeout(2*wait).Should(BeZero(), "502 events made one work item")
 
-	now := waitingWorkItem[*corev1.Secret](req, func() time.Duration { return 0 }, func(client.Object, bool) {}, loaded.Load)
+	later := waitingWorkItem[*corev1.Secret](req, func() (time.Duration, bool) { return 0, false }, func(client.Object, bool) {}, loaded.Load)
+	later.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
+	g.Consistently(q.Len).WithTimeout(100*time.Millisecond).Should(BeZero(), "left to the reconcile under way: nothing queued")
+
+	now := waitingWorkItem[*corev1.Secret](req, func() (time.Duration, bool) { return 0, true }, func(client.Object, bool) {}, loaded.Load)
 	now.Generic(context.Background(), event.TypedGenericEvent[*corev1.Secret]{Object: &corev1.Secret{}}, q)
 	g.Expect(q.Len()).To(Equal(1), "without a wait the event is a work item at once")
 }
 
-// TestClientEventWaitFollowsTheLastReconcile checks the wait: twice the
-// last reconcile's duration, never more than maxClientEventWait.
+// TestClientEventWaitFollowsTheLastReconcile checks the pace of the
+// reconciles client events start: a change waits twice the last
+// reconcile's duration, counted from its end, never more than
+// maxClientEventWait; one that comes while a reconcile runs is left to
+// that reconcile, which queues it after the same wait as it ends. So
+// reconciles started by client changes take at most a third of the time,
+// however long they run.
 func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	var r reconciler
-	g.Expect(r.clientEventWait()).To(BeZero(), "before any reconcile")
-	r.took.Store(int64(3 * time.Millisecond))
-	g.Expect(r.clientEventWait()).To(Equal(6 * time.Millisecond))
-	r.took.Store(int64(1500 * time.Millisecond))
-	g.Expect(r.clientEventWait()).To(Equal(3*time.Second), "a third of the time, up to reconciles of 1.5 s")
-	r.took.Store(int64(2 * time.Second))
-	g.Expect(r.clientEventWait()).To(Equal(maxClientEventWait))
+	now := time.Unix(1_000_000, 0)
+	p := clientPace{now: func() time.Time { return now }}
+	changed := func() []any { d, queue := p.changed(); return []any{d, queue} }
+	run := func(took time.Duration, changes int) (time.Duration, bool) {
+		p.began()
+		for range changes {
+			g.Expect(changed()).To(Equal([]any{time.Duration(0), false}), "left to the reconcile under way")
+		}
+		now = now.Add(took)
+		return p.ended()
+	}
+
+	g.Expect(changed()).To(Equal([]any{time.Duration(0), true}), "before any reconcile: at once")
+	wait, pending := run(3*time.Millisecond, 0)
+	g.Expect(pending).To(BeFalse(), "nothing changed while it ran")
+	g.Expect(wait).To(Equal(6 * time.Millisecond))
+	g.Expect(changed()).To(Equal([]any{6 * time.Millisecond, true}))
+	now = now.Add(4 * time.Millisecond)
+	g.Expect(changed()).To(Equal([]any{2 * time.Millisecond, true}), "counted from the reconcile's end")
+	now = now.Add(10 * time.Millisecond)
+	g.Expect(changed()).To(Equal([]any{time.Duration(0), true}), "past the wait: at once")
+
+	wait, pending = run(500*time.Millisecond, 3)
+	g.Expect(pending).To(BeTrue(), "changes while it ran: it queues their reconcile")
+	g.Expect(wait).To(Equal(time.Second), "after twice its duration")
+	g.Expect(changed()).To(Equal([]any{time.Second, true}), "a change after the end waits as long")
+	wait, pending = run(1500*time.Millisecond, 1)
+	g.Expect(pending).To(BeTrue())
+	g.Expect(wait).To(Equal(3*time.Second), "a third of the time, up to reconciles of 1.5 s")
+	wait, _ = run(2*time.Second, 0)
+	g.Expect(wait).To(Equal(maxClientEventWait))
+	_, pending = run(time.Millisecond, 0)
+	g.Expect(pending).To(BeFalse(), "what changed before a reconcile began, it read")
 }
 
 // TestTheGatewaysOwnWritesStartNoReconcile checks the gateway watch's

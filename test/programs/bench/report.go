@@ -489,9 +489,9 @@ func (r *report) writePoll(p func(string, ...any)) {
 const scaleMemoryBound = 4 << 10
 
 // scaleChurnShare bounds the share of the fan-out's time that dualca spends
-// reconciling: a client's change waits twice the last reconcile's time
-// before it starts one (Reconciler.clientEventWait), so reconciles take at
-// most a third of the time, and the rest is the renewals'.
+// reconciling: a client's change waits twice the last reconcile's time,
+// from its end, before it starts one (syncer's clientPace), so reconciles
+// take at most a third of the time, and the rest is the renewals'.
 const scaleChurnShare = 1.0 / 3
 
 // bytesPerClient is what a resident set costs per client over the
