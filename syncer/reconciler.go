@@ -206,21 +206,19 @@ func (r *reconciler) attempt(ctx context.Context, attempt int) (pass, error) {
 // switch and never advances one.
 type clientPace struct {
 	mu sync.Mutex
-	// now is the clock; nil: time.Now (monotonic: this paces work, it
-	// decides nothing).
-	now func() time.Time
+	// clk is the clock; nil: the real one (monotonic: this paces work,
+	// it decides nothing, and it is not the decisions' clock).
+	clk clock.PassiveClock
 	// running: a reconcile is under way, since start; pending: a client
-	// changed meanwhile.
+	// changed meanwhile. While none runs, start and end are the last
+	// one's.
 	running, pending bool
-	start            time.Time
-	// end is when the last reconcile ended, took how long it ran.
-	end  time.Time
-	took time.Duration
+	start, end       time.Time
 }
 
-func (p *clientPace) clock() time.Time {
-	if p.now != nil {
-		return p.now()
+func (p *clientPace) now() time.Time {
+	if p.clk != nil {
+		return p.clk.Now()
 	}
 	return time.Now()
 }
@@ -229,7 +227,7 @@ func (p *clientPace) clock() time.Time {
 func (p *clientPace) began() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.running, p.pending, p.start = true, false, p.clock()
+	p.running, p.pending, p.start = true, false, p.now()
 }
 
 // ended says the reconcile ended; pending reports whether a client
@@ -238,8 +236,7 @@ func (p *clientPace) began() {
 func (p *clientPace) ended() (wait time.Duration, pending bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.end = p.clock()
-	p.running, p.took = false, p.end.Sub(p.start)
+	p.running, p.end = false, p.now()
 	pending, p.pending = p.pending, false
 	return p.waitLocked(), pending
 }
@@ -257,8 +254,9 @@ func (p *clientPace) changed() (wait time.Duration, queue bool) {
 	return p.waitLocked(), true
 }
 
+// waitLocked is the wait from now, while no reconcile runs.
 func (p *clientPace) waitLocked() time.Duration {
-	return max(0, min(2*p.took, maxClientEventWait)-p.clock().Sub(p.end))
+	return max(0, min(2*p.end.Sub(p.start), maxClientEventWait)-p.now().Sub(p.end))
 }
 
 // maxClientEventWait bounds the wait: a reconcile slowed by an

@@ -168,18 +168,10 @@ func TestASealedTargetIsDualcasWriteAheadOfItsRecord(t *testing.T) {
 	g := NewWithT(t)
 	r := newRotation(t)
 	ts := combined()
-	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
-	rec.last = recordOf(rec, gatewayFor(r.steady), nil, r.steady, r.r1)
-	rec.last.ResourceVersion = "5"
+	rec := recordAt(r.steady, r.r1)
 	key := rec.sealKey()
 	g.Expect(key).To(HaveLen(sealKeyLen))
 	g.Expect(rec.last.Data).To(HaveKeyWithValue(recordSealKey, key), "the record holds its key")
-
-	sealed := func(gw *corev1.Secret, key []byte, version, id string) *corev1.Secret {
-		out := gw.DeepCopy()
-		out.Annotations[annotationSeal] = sealOf(key, version, id, ts[0].digest(gw))
-		return out
-	}
 	verdict := func(gw, at *corev1.Secret) string {
 		t, _, _ := examine(ts, found(gw), nil, at, key)
 		return t
@@ -204,6 +196,22 @@ func TestASealedTargetIsDualcasWriteAheadOfItsRecord(t *testing.T) {
 	g.Expect(verdict(own, nil)).To(BeEmpty(), "without a record, everything found is adopted as before")
 }
 
+// recordAt is a record whose last write, at resourceVersion "5", is of
+// the combined gateway Secret holding d, the current root root.
+func recordAt(d bundle.Decision, root *bundle.Root) *record {
+	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
+	rec.last = recordOf(rec, gatewayFor(d), nil, d, root)
+	rec.last.ResourceVersion = "5"
+	return rec
+}
+
+// sealed is gw with a seal under key for record version and target id.
+func sealed(gw *corev1.Secret, key []byte, version, id string) *corev1.Secret {
+	out := gw.DeepCopy()
+	out.Annotations[annotationSeal] = sealOf(key, version, id, combined()[0].digest(gw))
+	return out
+}
+
 // found is the combined gateway Secret as the store finds it.
 func found(gateway *corev1.Secret) []client.Object {
 	if gateway == nil {
@@ -224,9 +232,7 @@ func TestOnlyDualcasOwnWriteSaysWhenTheGatewayGotTheRoot(t *testing.T) {
 	g := NewWithT(t)
 	r := newRotation(t)
 	ts := combined()
-	rec := &record{key: types.NamespacedName{Namespace: "dualca", Name: "gw-dualca-state"}}
-	rec.last = recordOf(rec, gatewayFor(r.renew), nil, r.renew, r.r2)
-	rec.last.ResourceVersion = "5"
+	rec := recordAt(r.renew, r.r2)
 	key := rec.sealKey()
 	served := func(gw *corev1.Secret) time.Time {
 		_, meant, _ := examine(ts, found(gw), nil, rec.last, key)
@@ -240,11 +246,7 @@ func TestOnlyDualcasOwnWriteSaysWhenTheGatewayGotTheRoot(t *testing.T) {
 		delete(out.Annotations, annotationSeal)
 		return out
 	}
-	seal := func(gw *corev1.Secret) *corev1.Secret {
-		out := gw.DeepCopy()
-		out.Annotations[annotationSeal] = sealOf(key, "5", ts[0].id(), ts[0].digest(gw))
-		return out
-	}
+	seal := func(gw *corev1.Secret) *corev1.Secret { return sealed(gw, key, "5", ts[0].id()) }
 
 	recorded := bundle.ParseState(rec.last.Annotations).RootAddedAt
 	g.Expect(recorded).NotTo(BeZero())

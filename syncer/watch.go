@@ -306,9 +306,9 @@ func oneWorkItem[T client.Object](req reconcile.Request) handler.TypedEventHandl
 // waitingWorkItem maps every event to req, added to the queue after the
 // wait pace gives, or not at all when pace leaves it to the reconcile
 // under way: an event that comes while req already waits changes
-// nothing, so a burst of events becomes one reconcile. Each event first tells changed of the
-// object (gone: deleted), in the same handler, so the reconcile it queues
-// reads the change. Before the client cache has loaded (loaded false), an
+// nothing, so a burst of events becomes one reconcile. Each event first
+// tells changed of the object (gone: deleted), in the same handler, so
+// the reconcile it queues reads the change. Before the client cache has loaded (loaded false), an
 // event queues nothing: the reconciles then read no client.
 func waitingWorkItem[T client.Object](req reconcile.Request, pace func() (time.Duration, bool), changed func(client.Object, bool), loaded func() bool) handler.TypedEventHandler[T, reconcile.Request] {
 	add := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], obj T, gone bool) {

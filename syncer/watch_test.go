@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -80,15 +81,15 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	now := time.Unix(1_000_000, 0)
-	p := clientPace{now: func() time.Time { return now }}
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1_000_000, 0))
+	p := clientPace{clk: clk}
 	changed := func() []any { d, queue := p.changed(); return []any{d, queue} }
 	run := func(took time.Duration, changes int) (time.Duration, bool) {
 		p.began()
 		for range changes {
 			g.Expect(changed()).To(Equal([]any{time.Duration(0), false}), "left to the reconcile under way")
 		}
-		now = now.Add(took)
+		clk.SetTime(clk.Now().Add(took))
 		return p.ended()
 	}
 
@@ -97,9 +98,9 @@ func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	g.Expect(pending).To(BeFalse(), "nothing changed while it ran")
 	g.Expect(wait).To(Equal(6 * time.Millisecond))
 	g.Expect(changed()).To(Equal([]any{6 * time.Millisecond, true}))
-	now = now.Add(4 * time.Millisecond)
+	clk.SetTime(clk.Now().Add(4 * time.Millisecond))
 	g.Expect(changed()).To(Equal([]any{2 * time.Millisecond, true}), "counted from the reconcile's end")
-	now = now.Add(10 * time.Millisecond)
+	clk.SetTime(clk.Now().Add(10 * time.Millisecond))
 	g.Expect(changed()).To(Equal([]any{time.Duration(0), true}), "past the wait: at once")
 
 	wait, pending = run(500*time.Millisecond, 3)

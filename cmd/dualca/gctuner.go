@@ -42,8 +42,6 @@ func gcPercent(live uint64) int {
 // gcTuner sets the collector's percentage after each collection.
 type gcTuner struct {
 	samples []metrics.Sample
-	// set is debug.SetGCPercent.
-	set func(int) int
 }
 
 // tuneGC starts the tuner unless the environment sets GOGC; it reports
@@ -53,7 +51,7 @@ func tuneGC(log logr.Logger) bool {
 		log.Info("Go's GC percentage from GOGC", "GOGC", v)
 		return false
 	}
-	t := &gcTuner{samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}, set: debug.SetGCPercent}
+	t := &gcTuner{samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	t.tune()
 	t.arm()
 	log.V(1).Info("Go's GC percentage follows the live heap", "headroomBytes", gcHeadroom, "minPercent", gcMinPercent, "maxPercent", gcMaxPercent)
@@ -67,7 +65,7 @@ func (t *gcTuner) tune() {
 	if s := t.samples[0]; s.Value.Kind() == metrics.KindUint64 {
 		live = s.Value.Uint64()
 	}
-	t.set(gcPercent(live))
+	debug.SetGCPercent(gcPercent(live))
 }
 
 // sentinel is an object that nothing references: the collection after

@@ -19,16 +19,16 @@ func TestTheGCPercentageFollowsTheLiveHeap(t *testing.T) {
 	g := NewWithT(t)
 	const mi = 1 << 20
 	for live, want := range map[uint64]int{
-		0:          gcMaxPercent, // nothing read yet
-		1 * mi:     gcMaxPercent,
-		4 * mi:     400,
-		8 * mi:     200,
-		16 * mi:    100,
-		32 * mi:    50,
-		40 * mi:    gcMinPercent,
-		64 * mi:    gcMinPercent,
-		1024 * mi:  gcMinPercent,
-		4096 * mi:  gcMinPercent,
+		0:         gcMaxPercent, // nothing read yet
+		1 * mi:    gcMaxPercent,
+		4 * mi:    400,
+		8 * mi:    200,
+		16 * mi:   100,
+		32 * mi:   50,
+		40 * mi:   gcMinPercent,
+		64 * mi:   gcMinPercent,
+		1024 * mi: gcMinPercent,
+		4096 * mi: gcMinPercent,
 	} {
 		g.Expect(gcPercent(live)).To(Equal(want), "live heap %d bytes", live)
 	}
