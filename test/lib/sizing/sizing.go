@@ -2,16 +2,17 @@
 // and limit to give it for a number of selected clients, and reads the
 // sizing the chart claims.
 //
-// The model is a line: a dualca selecting no client holds Base; each
-// selected client adds Rest at rest (before and after a renewal fan-out)
-// and Peak at the process's highest resident set (VmHWM, a renewal
-// fan-out included). The request for n clients is Base + n × Rest, the
-// limit (Base + n × Peak) × (1 + Headroom), each rounded up to a multiple
-// of Step. The benchmark's scale step (test/programs/bench) measures the figures
-// and prints the block the chart's README and the project's README hold;
-// test/chart checks that the README's table is the model's and that
-// values.yaml's defaults come from it, and the benchmark runs dualca at
-// the table's largest size in a memory cgroup of that size's limit.
+// The model is two lines over the measured points: the resident set at
+// rest (before and after a renewal fan-out) and at the process's highest
+// (VmHWM, a renewal fan-out included), each a base plus so much per
+// selected client (Fit). The request for n clients is the rest line's
+// value, the limit the peak line's times (1 + Headroom), each rounded up
+// to a multiple of Step. The benchmark's scale step (test/programs/bench)
+// measures the points and prints the block the chart's README and the
+// project's README hold; test/chart checks that the README's table is the
+// model's and that values.yaml's defaults come from it, and the benchmark
+// runs dualca at the table's largest size in a memory cgroup of that
+// size's limit.
 package sizing
 
 import (
@@ -40,18 +41,71 @@ const (
 	kib = 1 << 10
 )
 
-// Model is the measured line, in the units the README states it: MiB for
-// the baseline, KiB per client, each with one decimal.
-type Model struct {
-	BaseMiB, RestKiB, PeakKiB float64
+// Line is a base plus so much per selected client, in the units the
+// README states it: MiB for the base, KiB per client, each with one
+// decimal.
+type Line struct {
+	BaseMiB, PerClientKiB float64
 }
 
-// New is the model of a baseline of base bytes and rest and peak bytes per
-// client, each rounded up to its unit's tenth: the README's figures are the
-// model.
-func New(base int64, rest, peak float64) Model {
+// At is the line's value for n clients, in bytes.
+func (l Line) At(n int) float64 { return l.BaseMiB*mib + float64(n)*l.PerClientKiB*kib }
+
+// Model is the measured lines: at rest and at the peak.
+type Model struct {
+	Rest, Peak Line
+}
+
+// Point is one measured resident set, in bytes, of a dualca selecting
+// Clients clients.
+type Point struct {
+	Clients int
+	Bytes   float64
+}
+
+// FitOver is the line over points: its slope is the least-squares slope
+// of the points (none below zero), its base the least that leaves no
+// point above it; both are rounded up to their unit's tenth, so the line
+// as the README states it lies over every point too. A line through the
+// largest per-client cost of any point would lie over them as well, but
+// what a dualca with a few clients holds beyond one selecting none (the
+// client caches' own structures, the collector's fixed headroom) is not
+// per client, and spread over a thousand clients it made that line
+// promise several times the memory fifty thousand were measured at.
+func FitOver(points []Point) Line {
+	if len(points) == 0 {
+		return Line{}
+	}
+	var sn, sy float64
+	for _, p := range points {
+		sn += float64(p.Clients)
+		sy += p.Bytes
+	}
+	n := float64(len(points))
+	meanN, meanY := sn/n, sy/n
+	var cov, vr float64
+	for _, p := range points {
+		dn := float64(p.Clients) - meanN
+		cov += dn * (p.Bytes - meanY)
+		vr += dn * dn
+	}
+	slope := 0.0
+	if vr > 0 {
+		slope = max(0, cov/vr)
+	}
 	up := func(x float64) float64 { return math.Ceil(x*10) / 10 }
-	return Model{BaseMiB: up(float64(base) / mib), RestKiB: up(rest / kib), PeakKiB: up(peak / kib)}
+	l := Line{PerClientKiB: up(slope / kib)}
+	base := math.Inf(-1)
+	for _, p := range points {
+		base = max(base, p.Bytes-float64(p.Clients)*l.PerClientKiB*kib)
+	}
+	l.BaseMiB = up(base / mib)
+	return l
+}
+
+// Fit is the model of the points measured at rest and at the peak.
+func Fit(rest, peak []Point) Model {
+	return Model{Rest: FitOver(rest), Peak: FitOver(peak)}
 }
 
 // Row is the request and limit, in bytes, for a number of clients.
@@ -62,9 +116,7 @@ type Row struct {
 
 // Row is the model's request and limit for n clients.
 func (m Model) Row(n int) Row {
-	rest := m.BaseMiB*mib + float64(n)*m.RestKiB*kib
-	peak := (m.BaseMiB*mib + float64(n)*m.PeakKiB*kib) * (1 + Headroom)
-	return Row{Clients: n, Request: roundUp(rest), Limit: roundUp(peak)}
+	return Row{Clients: n, Request: roundUp(m.Rest.At(n)), Limit: roundUp(m.Peak.At(n) * (1 + Headroom))}
 }
 
 func roundUp(x float64) int64 {
@@ -84,7 +136,8 @@ func (m Model) Block(sizes []int, source string) string {
 	var b strings.Builder
 	b.WriteString(Begin + "\n")
 	fmt.Fprintf(&b, "Measured %s.\n", source)
-	fmt.Fprintf(&b, "Model: %.1f MiB for no selected client; per selected client %.1f KiB at rest, %.1f KiB at the peak.\n\n", m.BaseMiB, m.RestKiB, m.PeakKiB)
+	fmt.Fprintf(&b, "Model: at rest %.1f MiB plus %.1f KiB per selected client; at the peak %.1f MiB plus %.1f KiB per selected client.\n\n",
+		m.Rest.BaseMiB, m.Rest.PerClientKiB, m.Peak.BaseMiB, m.Peak.PerClientKiB)
 	fmt.Fprintf(&b, "| selected clients | memory request (at rest) | memory limit (the peak + %.0f %%) |\n|---|---|---|\n", Headroom*100)
 	for _, n := range sizes {
 		r := m.Row(n)
@@ -121,7 +174,7 @@ func ParseQuantity(q string) (int64, error) {
 }
 
 var (
-	modelLine = regexp.MustCompile(`(?m)^Model: ([0-9.]+) MiB for no selected client; per selected client ([0-9.]+) KiB at rest, ([0-9.]+) KiB at the peak\.$`)
+	modelLine = regexp.MustCompile(`(?m)^Model: at rest ([0-9.]+) MiB plus ([0-9.]+) KiB per selected client; at the peak ([0-9.]+) MiB plus ([0-9.]+) KiB per selected client\.$`)
 	tableRow  = regexp.MustCompile(`(?m)^\| ([0-9,]+) \| ([0-9]+[MG]i) \| ([0-9]+[MG]i) \|$`)
 )
 
@@ -139,7 +192,7 @@ func Parse(readme string) (Model, []Row, string, error) {
 	if mm == nil {
 		return Model{}, nil, "", errors.New("the sizing block has no model line")
 	}
-	for i, p := range []*float64{&m.BaseMiB, &m.RestKiB, &m.PeakKiB} {
+	for i, p := range []*float64{&m.Rest.BaseMiB, &m.Rest.PerClientKiB, &m.Peak.BaseMiB, &m.Peak.PerClientKiB} {
 		v, err := strconv.ParseFloat(mm[i+1], 64)
 		if err != nil {
 			return Model{}, nil, "", err

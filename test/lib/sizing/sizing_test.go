@@ -8,22 +8,40 @@ import (
 
 func TestRowRoundsUpWithHeadroom(t *testing.T) {
 	g := NewWithT(t)
-	m := Model{BaseMiB: 38, RestKiB: 13, PeakKiB: 25}
+	m := Model{Rest: Line{BaseMiB: 38, PerClientKiB: 13}, Peak: Line{BaseMiB: 40, PerClientKiB: 25}}
 	r := m.Row(10000)
-	// rest 38 MiB + 130000 KiB = 164.95 MiB → 176Mi; peak (38 MiB + 250000 KiB) × 1.25 = 352.7 MiB → 368Mi.
+	// rest 38 MiB + 130000 KiB = 164.95 MiB → 176Mi; peak (40 MiB + 250000 KiB) × 1.25 = 355.2 MiB → 368Mi.
 	g.Expect(Quantity(r.Request)).To(Equal("176Mi"))
 	g.Expect(Quantity(r.Limit)).To(Equal("368Mi"))
-	g.Expect(m.Row(0)).To(Equal(Row{Clients: 0, Request: 48 << 20, Limit: 48 << 20}))
+	g.Expect(m.Row(0)).To(Equal(Row{Clients: 0, Request: 48 << 20, Limit: 64 << 20}))
 }
 
-func TestNewRoundsFiguresUp(t *testing.T) {
+// The line lies over every point, and its slope is the points' own: a
+// point whose clients cost more each only because it has few of them
+// raises the base, not the cost of every client.
+func TestTheLineLiesOverEveryPoint(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(New(38<<20+1, 13*1024+1, 25*1024)).To(Equal(Model{BaseMiB: 38.1, RestKiB: 13.1, PeakKiB: 25}))
+	const mb = 1 << 20
+	// The figures of a make bench run: at rest and after the fan-out.
+	points := []Point{{0, 35.9 * mb}, {1000, 57.4 * mb}, {1000, 61.8 * mb}, {5000, 72.2 * mb}, {5000, 83.1 * mb},
+		{10000, 98.3 * mb}, {10000, 128.6 * mb}, {50000, 317.6 * mb}, {50000, 384.4 * mb}}
+	l := FitOver(points)
+	for _, p := range points {
+		g.Expect(l.At(p.Clients)).To(BeNumerically(">=", p.Bytes), "%d clients", p.Clients)
+	}
+	g.Expect(l.PerClientKiB).To(BeNumerically("~", 6.6, 0.3), "the points' slope")
+	g.Expect(l.At(50000)).To(BeNumerically("<", 1.25*384.4*mb), "close over the largest point")
+	// The largest per-client cost of any point, (61.8-35.9) MiB / 1000 = 26.5 KiB, is not the slope.
+	g.Expect(l.PerClientKiB).To(BeNumerically("<", 10))
+
+	g.Expect(FitOver([]Point{{0, 40 * mb}, {5000, 90 * mb}})).To(Equal(Line{BaseMiB: 40, PerClientKiB: 10.3}), "two points: the line through them, rounded up")
+	g.Expect(FitOver([]Point{{0, 40 * mb}, {5000, 30 * mb}})).To(Equal(Line{BaseMiB: 40}), "no slope below zero")
+	g.Expect(FitOver(nil)).To(Equal(Line{}))
 }
 
 func TestBlockParsesBack(t *testing.T) {
 	g := NewWithT(t)
-	m := New(39_900_000, 13_345.6, 25_611.2)
+	m := Model{Rest: Line{BaseMiB: 39.9, PerClientKiB: 13.4}, Peak: Line{BaseMiB: 52.1, PerClientKiB: 25.7}}
 	block := m.Block([]int{1000, 10000}, "by `x` at commit `abc`")
 	readme := "# chart\n\nSizing:\n\n" + block + "\nmore text\n"
 	got, rows, gotBlock, err := Parse(readme)

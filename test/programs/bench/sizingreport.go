@@ -11,23 +11,25 @@ import (
 // sizingSizes are the client counts the report sizes dualca for.
 var sizingSizes = []int{1000, 5000, 10000, 25000, 50000}
 
-// sizingModel is the sizing model of the scale points: the baseline is
-// the dualca selecting no client; per client, the most any point cost over
-// it, at rest (before and after its fan-out) and at the peak, so that the
-// line lies over every point measured. ok is false without a point.
+// sizingModel is the sizing model of the scale points: a line over the
+// resident sets at rest (of each point the larger, before or after its
+// fan-out: the request must hold both) and one over the peaks, each
+// fitted over the points and the dualca selecting no client
+// (sizing.FitOver). ok is false without a point.
 func (r *report) sizingModel() (sizing.Model, bool) {
-	var rest, peak float64
+	base := sizing.Point{Bytes: float64(r.scaleBase)}
+	rest, peak := []sizing.Point{base}, []sizing.Point{base}
 	for _, s := range r.scale {
 		if s.clients == 0 || s.peakRSS == 0 {
 			continue
 		}
-		rest = max(rest, r.bytesPerClient(s.rss, s.clients), r.bytesPerClient(s.afterRSS, s.clients))
-		peak = max(peak, r.bytesPerClient(s.peakRSS, s.clients))
+		rest = append(rest, sizing.Point{Clients: s.clients, Bytes: float64(max(s.rss, s.afterRSS))})
+		peak = append(peak, sizing.Point{Clients: s.clients, Bytes: float64(s.peakRSS)})
 	}
-	if peak == 0 {
+	if len(peak) == 1 {
 		return sizing.Model{}, false
 	}
-	return sizing.New(r.scaleBase, rest, peak), true
+	return sizing.Fit(rest, peak), true
 }
 
 // scaleCommand is the command that measured the scale points.
@@ -62,10 +64,11 @@ func (r *report) writeSizing(p func(string, ...any)) {
 	p("")
 	p("### Sizing: the memory request and limit for a number of clients")
 	p("")
-	p("A line over every point above: a dualca selecting no client, plus per client the most any point cost over it at rest")
-	p("(before or after its fan-out: the request) and at its peak (the limit, with %.0f %% headroom: dualca keeps Go's heap", sizing.Headroom*100)
-	p("under 90 %% of the limit, and the per-client figures vary from run to run), each rounded up to %s. Sizes past", sizing.Quantity(sizing.Step))
-	p("%s clients, the largest measured here, are the line's extrapolation. The chart's README and the project's README", sizing.Count(largest))
+	p("Two lines over the points above and the dualca selecting no client: one over the resident sets at rest (of each")
+	p("point the larger, before or after its fan-out: the request), one over the peaks (the limit, with %.0f %% headroom: dualca keeps Go's heap under", sizing.Headroom*100)
+	p("90 %% of the limit, and the figures vary from run to run). Each line's slope is the least-squares slope of its points,")
+	p("its base the least that leaves no point above the line; request and limit are rounded up to %s. Sizes past", sizing.Quantity(sizing.Step))
+	p("%s clients, the largest measured here, are the lines' extrapolation. The chart's README and the project's README", sizing.Count(largest))
 	p("hold such a block, with rows up to the largest size checked (test/chart checks that their rows are their model's).")
 	p("")
 	for _, l := range strings.Split(strings.TrimRight(m.Block(sizingSizes, fmt.Sprintf("by `%s` at commit `%s`", r.scaleCommand(), r.commit)), "\n"), "\n") {
