@@ -408,3 +408,53 @@ func TestARecordAheadOfItsGatewayRestartsTheDelay(t *testing.T) {
 	g.Expect(read.state.Lagging).To(BeFalse(), "caught up")
 	g.Expect(read.tampered).To(BeEmpty())
 }
+
+// TestAWriterWhoDropsTheNewRootRestartsItsDelay: a hostile writer of the
+// gateway Secret, after a gateway write was refused as a new root came
+// (the record trusts the root, the gateway does not yet), edits the
+// gateway. It is tampering, restored from the record; and as the gateway
+// may have loaded what the writer left, without the root, the root's
+// propagation delay counts from the write that brings it back: counted
+// from the record's date, already spent, the clients would be moved to
+// the root the moment it is written again, before the gateway reloads.
+// An edit that keeps the root postpones nothing.
+func TestAWriterWhoDropsTheNewRootRestartsItsDelay(t *testing.T) {
+	t.Parallel()
+	f := newWriteFixture(t)
+	g, rt := f.g, f.rt
+
+	s := f.start()
+	_, _, err := f.write(s, rt.steady, rt.r1)
+	g.Expect(err).NotTo(HaveOccurred())
+	f.log.set("gw")
+	_, _, err = f.write(s, rt.renew, rt.r2)
+	g.Expect(err).To(MatchError(ContainSubstring("refused by a policy")))
+	f.log.set()
+
+	edit := func() {
+		gw := f.gateway()
+		gw.Data[corev1.TLSCertKey] = rt.r1.CertPEM // anything dualca never wrote
+		g.Expect(f.c.Update(context.Background(), gw)).To(Succeed())
+	}
+	edit()
+	read, err := f.start().readGateway(context.Background(), retrying)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read.tampered).NotTo(BeEmpty(), "a writer's edit")
+	g.Expect(read.state.Lagging).To(BeTrue(), "the gateway the writer left lacks the root its record trusts")
+
+	d := bundle.Plan(read.state, rt.r2, rt.clients, rt.timings, rt.now)
+	g.Expect(d.State.RootAddedAt).To(BeTemporally("==", rt.now), "the delay counts from the write that restores the root")
+	g.Expect(d.Renew).To(BeEmpty(), "no client moves to a root the gateway may not have loaded")
+	counted := read.state
+	counted.Lagging = false
+	g.Expect(bundle.Plan(counted, rt.r2, rt.clients, rt.timings, rt.now).Renew).To(ConsistOf("ns/agent"),
+		"from the record's date the delay was spent: the client would move at once")
+
+	_, _, err = f.write(s, rt.renew, rt.r2)
+	g.Expect(err).NotTo(HaveOccurred())
+	edit()
+	read, err = f.start().readGateway(context.Background(), retrying)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(read.tampered).NotTo(BeEmpty())
+	g.Expect(read.state.Lagging).To(BeFalse(), "an edit that keeps the root postpones nothing")
+}

@@ -444,19 +444,23 @@ func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 	}
 }
 
-// lagging reports whether a target that holds the bundle is one dualca
-// wrote before its record's last decision, left behind by a write that
-// failed or has not come yet, and lacks the root the record says is
-// current. The decision then counts the root's propagation delay from the
-// write about to reach it, not from the record's. A target edited or
-// deleted by someone else is restored exactly as the record has it, and
-// told as such; it is not lagging.
+// lagging reports whether a target that holds the bundle lacks the root
+// the record says is current: one dualca wrote before its record's last
+// decision, left behind by a write that failed or has not come yet, or
+// one someone else edited (tampered: restored from the record, and told).
+// The gateway may have loaded it as it is, so the decision counts the
+// root's propagation delay from the write about to bring the root there,
+// not from the record's date: counted from the record, a writer of the
+// gateway Secret who drops the root from it after a failed write would
+// have clients moved to the root as soon as it is written back. An edit
+// that keeps the root postpones nothing. A target deleted is created
+// again exactly as the record has it.
 func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret, meant map[string]string) bool {
 	current := recordDigests(rec, ts, false)
 	root := rec.Annotations[bundle.AnnotationRoot]
 	for i, t := range ts {
 		id := t.id()
-		if t.bundleKey == "" || found[i] == nil || meant[id] == "" || meant[id] == current[id] {
+		if t.bundleKey == "" || found[i] == nil || meant[id] != "" && meant[id] == current[id] {
 			continue
 		}
 		certs, err := bundle.ParseCertificates(t.bundleKey, dataOf(found[i])[t.bundleKey])
