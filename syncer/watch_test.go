@@ -72,12 +72,12 @@ func TestClientEventsWaitAndShareOneReconcile(t *testing.T) {
 }
 
 // TestClientEventWaitFollowsTheLastReconcile checks the pace of the
-// reconciles client events start: a change waits twice the last
-// reconcile's duration, counted from its end, never more than
+// reconciles client events start: a change waits two and a half times
+// the last reconcile's duration, counted from its end, never more than
 // maxClientEventWait; one that comes while a reconcile runs is left to
 // that reconcile, which queues it after the same wait as it ends. So
-// reconciles started by client changes take at most a third of the time,
-// however long they run.
+// reconciles started by client changes take at most 2/7 of the time, up
+// to reconciles of 1.6 s.
 func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -96,20 +96,20 @@ func TestClientEventWaitFollowsTheLastReconcile(t *testing.T) {
 	g.Expect(changed()).To(Equal([]any{time.Duration(0), true}), "before any reconcile: at once")
 	wait, pending := run(3*time.Millisecond, 0)
 	g.Expect(pending).To(BeFalse(), "nothing changed while it ran")
-	g.Expect(wait).To(Equal(6 * time.Millisecond))
-	g.Expect(changed()).To(Equal([]any{6 * time.Millisecond, true}))
+	g.Expect(wait).To(Equal(7500 * time.Microsecond))
+	g.Expect(changed()).To(Equal([]any{7500 * time.Microsecond, true}))
 	clk.SetTime(clk.Now().Add(4 * time.Millisecond))
-	g.Expect(changed()).To(Equal([]any{2 * time.Millisecond, true}), "counted from the reconcile's end")
+	g.Expect(changed()).To(Equal([]any{3500 * time.Microsecond, true}), "counted from the reconcile's end")
 	clk.SetTime(clk.Now().Add(10 * time.Millisecond))
 	g.Expect(changed()).To(Equal([]any{time.Duration(0), true}), "past the wait: at once")
 
 	wait, pending = run(500*time.Millisecond, 3)
 	g.Expect(pending).To(BeTrue(), "changes while it ran: it queues their reconcile")
-	g.Expect(wait).To(Equal(time.Second), "after twice its duration")
-	g.Expect(changed()).To(Equal([]any{time.Second, true}), "a change after the end waits as long")
-	wait, pending = run(1500*time.Millisecond, 1)
+	g.Expect(wait).To(Equal(1250*time.Millisecond), "after two and a half times its duration")
+	g.Expect(changed()).To(Equal([]any{1250 * time.Millisecond, true}), "a change after the end waits as long")
+	wait, pending = run(1600*time.Millisecond, 1)
 	g.Expect(pending).To(BeTrue())
-	g.Expect(wait).To(Equal(3*time.Second), "a third of the time, up to reconciles of 1.5 s")
+	g.Expect(wait).To(Equal(4*time.Second), "2/7 of the time, up to reconciles of 1.6 s")
 	wait, _ = run(2*time.Second, 0)
 	g.Expect(wait).To(Equal(maxClientEventWait))
 	_, pending = run(time.Millisecond, 0)
