@@ -21,10 +21,10 @@ type Gateway struct {
 	// Parsed remembers what earlier decisions parsed of the gateway; nil,
 	// the decision parses the fields afresh (see Parsed).
 	Parsed *Parsed
-	// Lagging: an object the gateway reads its bundle from does not hold
-	// the recorded current root (a write of it failed, or someone else
-	// edited it). The root's propagation delay then starts again from
-	// this decision, whose write brings it there (see rotate.go).
+	// Lagging: an object the gateway reads its bundle from has not held
+	// the recorded current root yet (a write of it failed, whoever edited
+	// it since). The root's propagation delay then starts again from this
+	// decision, whose write brings it there (see rotate.go).
 	Lagging bool
 	// ServedSince is when the objects the gateway reads got the recorded
 	// current root, as dualca's own write of them says (sealed: see the

@@ -413,11 +413,13 @@ func TestARecordAheadOfItsGatewayRestartsTheDelay(t *testing.T) {
 // gateway Secret, after a gateway write was refused as a new root came
 // (the record trusts the root, the gateway does not yet), edits the
 // gateway. It is tampering, restored from the record; and as the gateway
-// may have loaded what the writer left, without the root, the root's
-// propagation delay counts from the write that brings it back: counted
-// from the record's date, already spent, the clients would be moved to
-// the root the moment it is written again, before the gateway reloads.
-// An edit that keeps the root postpones nothing.
+// has never had the root, the root's propagation delay counts from the
+// write that first brings it there: counted from the record's date,
+// already spent, the clients would be moved to the root the moment it is
+// written, before the gateway loads it. Once dualca has brought the root
+// to the gateway, an edit or a replay that drops it is undone and delays
+// nothing (a writer must not hold a rotation back); a dualca started since
+// cannot tell, and waits the delay again.
 func TestAWriterWhoDropsTheNewRootRestartsItsDelay(t *testing.T) {
 	t.Parallel()
 	f := newWriteFixture(t)
@@ -426,35 +428,44 @@ func TestAWriterWhoDropsTheNewRootRestartsItsDelay(t *testing.T) {
 	s := f.start()
 	_, _, err := f.write(s, rt.steady, rt.r1)
 	g.Expect(err).NotTo(HaveOccurred())
+	steady := f.gateway()
 	f.log.set("gw")
 	_, _, err = f.write(s, rt.renew, rt.r2)
 	g.Expect(err).To(MatchError(ContainSubstring("refused by a policy")))
 	f.log.set()
 
-	edit := func() {
+	edit := func(change func(*corev1.Secret)) {
 		gw := f.gateway()
-		gw.Data[corev1.TLSCertKey] = rt.r1.CertPEM // anything dualca never wrote
+		change(gw)
 		g.Expect(f.c.Update(context.Background(), gw)).To(Succeed())
 	}
-	edit()
-	read, err := f.start().readGateway(context.Background(), retrying)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(read.tampered).NotTo(BeEmpty(), "a writer's edit")
-	g.Expect(read.state.Lagging).To(BeTrue(), "the gateway the writer left lacks the root its record trusts")
-
-	d := bundle.Plan(read.state, rt.r2, rt.clients, rt.timings, rt.now)
-	g.Expect(d.State.RootAddedAt).To(BeTemporally("==", rt.now), "the delay counts from the write that restores the root")
-	g.Expect(d.Renew).To(BeEmpty(), "no client moves to a root the gateway may not have loaded")
-	counted := read.state
-	counted.Lagging = false
-	g.Expect(bundle.Plan(counted, rt.r2, rt.clients, rt.timings, rt.now).Renew).To(ConsistOf("ns/agent"),
-		"from the record's date the delay was spent: the client would move at once")
+	serverCert := func(gw *corev1.Secret) { gw.Data[corev1.TLSCertKey] = rt.r1.CertPEM } // anything dualca never wrote
+	readBy := func(s *gatewayStore) gatewayRead {
+		read, err := s.readGateway(context.Background(), retrying)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(read.tampered).NotTo(BeEmpty(), "a writer's edit")
+		return read
+	}
+	edit(serverCert)
+	for _, by := range []*gatewayStore{s, f.start()} {
+		read := readBy(by)
+		g.Expect(read.state.Lagging).To(BeTrue(), "the gateway the writer left never had the root its record trusts")
+		d := bundle.Plan(read.state, rt.r2, rt.clients, rt.timings, rt.now)
+		g.Expect(d.State.RootAddedAt).To(BeTemporally("==", rt.now), "the delay counts from the write that brings the root")
+		g.Expect(d.Renew).To(BeEmpty(), "no client moves to a root the gateway has not loaded")
+		counted := read.state
+		counted.Lagging = false
+		g.Expect(bundle.Plan(counted, rt.r2, rt.clients, rt.timings, rt.now).Renew).To(ConsistOf("ns/agent"),
+			"from the record's date the delay was spent: the client would move at once")
+	}
 
 	_, _, err = f.write(s, rt.renew, rt.r2)
 	g.Expect(err).NotTo(HaveOccurred())
-	edit()
-	read, err = f.start().readGateway(context.Background(), retrying)
+	edit(serverCert)
+	g.Expect(readBy(s).state.Lagging).To(BeFalse(), "an edit that keeps the root postpones nothing")
+	_, _, err = f.write(s, rt.renew, rt.r2)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(read.tampered).NotTo(BeEmpty())
-	g.Expect(read.state.Lagging).To(BeFalse(), "an edit that keeps the root postpones nothing")
+	edit(func(gw *corev1.Secret) { gw.Data = steady.Data })
+	g.Expect(readBy(s).state.Lagging).To(BeFalse(), "a replay of the gateway before the root, once dualca brought the root there, postpones nothing")
+	g.Expect(readBy(f.start()).state.Lagging).To(BeTrue(), "a dualca started since cannot tell it from a gateway that never had the root")
 }

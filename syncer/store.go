@@ -92,6 +92,10 @@ type targetState struct {
 	// own (a label, an annotation of theirs) leave it alone: they do not
 	// make a target that a refused write left in place someone else's.
 	seen string
+	// had is the root (its fingerprint) the target held with a decision
+	// of dualca's, as this process last wrote it or read it as its own;
+	// "" when it knows none (see lagging).
+	had string
 }
 
 // ownWrite reports whether obj is the version dualca wrote last: the
@@ -445,30 +449,46 @@ func gatewayOf(s *corev1.Secret, parsed *bundle.Parsed) bundle.Gateway {
 }
 
 // lagging reports whether a target that holds the bundle lacks the root
-// the record says is current: one dualca wrote before its record's last
-// decision, left behind by a write that failed or has not come yet, or
-// one someone else edited (tampered: restored from the record, and told).
-// The gateway may have loaded it as it is, so the decision counts the
-// root's propagation delay from the write about to bring the root there,
-// not from the record's date: counted from the record, a writer of the
-// gateway Secret who drops the root from it after a failed write would
-// have clients moved to the root as soon as it is written back. An edit
-// that keeps the root postpones nothing. A target deleted is created
-// again exactly as the record has it.
+// the record says is current, and never held it as far as this process
+// knows: one dualca wrote before its record's last decision, left behind
+// by a write that failed or has not come yet, even if someone else edited
+// it since (tampered: restored from the record, and told). Its gateway
+// has never loaded the root, so the decision counts the root's
+// propagation delay from the write about to bring it there, not from the
+// record's date: counted from the record, a writer who edits the gateway
+// after a refused write would have clients moved to the root by the
+// reconcile that first writes it there. A target dualca had brought to
+// the root (targetState.had), then edited or replayed by someone else,
+// does not lag: its gateway had the root for the delay, and a writer must
+// not hold a rotation back for as long as it replays. A dualca that has
+// not seen the target hold the root since it started cannot tell, and
+// takes such an edit to lag. A target deleted is created again exactly
+// as the record has it. It notes in each target the root it finds it
+// holding as dualca's own.
 func lagging(ts []*targetState, found []client.Object, rec *corev1.Secret, meant map[string]string) bool {
 	current := recordDigests(rec, ts, false)
 	root := rec.Annotations[bundle.AnnotationRoot]
+	lags := false
 	for i, t := range ts {
 		id := t.id()
-		if t.bundleKey == "" || found[i] == nil || meant[id] != "" && meant[id] == current[id] {
+		switch {
+		case t.bundleKey == "" || found[i] == nil:
 			continue
+		case meant[id] != "" && meant[id] == current[id]:
+			t.had = root // it holds the record's decision
+			continue
+		case meant[id] == "" && t.had != "" && t.had == root:
+			continue // edited after dualca brought the root there
 		}
 		certs, err := bundle.ParseCertificates(t.bundleKey, dataOf(found[i])[t.bundleKey])
-		if err != nil || !slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return bundle.Fingerprint(c) == root }) {
-			return true
+		switch holds := err == nil && slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return bundle.Fingerprint(c) == root }); {
+		case !holds:
+			lags = true
+		case meant[id] != "":
+			t.had = root
 		}
 	}
-	return false
+	return lags
 }
 
 // servedSince is when the primary target says the gateway got the
@@ -543,7 +563,7 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 	// (see the type record).
 	recorded := make(chan error, 1)
 	go func() { recorded <- s.record.write(ctx, s.targets, digests, read.meant, d, root) }()
-	err := s.writeTargets(ctx, read.found, desired, digests, &w)
+	err := s.writeTargets(ctx, read.found, desired, digests, d.State.Root, &w)
 	if w.wrote {
 		s.untold.add(read.restoring(s.targets), read.tampered)
 	}
@@ -562,14 +582,15 @@ func (s *gatewayStore) write(ctx context.Context, read gatewayRead, d bundle.Dec
 
 // writeTargets writes each target to desired in writeOrder, and stops at
 // the first that fails: no target serves from a root another was not told
-// to trust.
-func (s *gatewayStore) writeTargets(ctx context.Context, found, desired []client.Object, digests map[string]string, w *written) error {
+// to trust. Each target written holds root, the decision's current root.
+func (s *gatewayStore) writeTargets(ctx context.Context, found, desired []client.Object, digests map[string]string, root string, w *written) error {
 	for _, i := range s.writeOrder() {
 		t := s.targets[i]
 		wrote, err := s.writeTarget(ctx, t, found[i], desired[i])
 		if err != nil {
 			return err
 		}
+		t.had = root
 		if wrote {
 			t.seen = digests[t.id()]
 			w.wrote = true
