@@ -218,7 +218,7 @@ soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills o
 	$(call soak-run,soak-leaks,-soak.kills=false)
 
 .PHONY: bench
-bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md, docs/benchmarks.png and the raw samples in docs/benchmarks/raw (within 45 min; QUICK=1: a few minutes, not a final report); fails on a dirty tree unless QUICK
+bench: control-plane cert-manager trust-manager $(BIN)/dualca ## measure the targets side by side with trust-manager and a trivial copier on the local control plane; writes docs/benchmarks.md, docs/benchmarks.png and the raw samples in docs/benchmarks/raw (about 70 min on 2 cores: 1h11m6s at fadcb78; QUICK=1: a few minutes, not a final report); fails on a dirty tree unless QUICK
 	@# The report names the binary's revision and fails on another one.
 	$(fresh-dualca)
 	$(call program,bench) -dualca $(BIN)/dualca -out docs/benchmarks.md -plot docs/benchmarks.png $(if $(QUICK),-quick)
