@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dualca/dualca/test/lib/controlplane"
 	"github.com/dualca/dualca/test/lib/run"
 )
 
@@ -109,15 +110,9 @@ func waitTLS(ctx context.Context, p *proc, addr string, timeout time.Duration) e
 	return fmt.Errorf("%s does not serve TLS within %s: %w", addr, timeout, last)
 }
 
-// freeAddr is 127.0.0.1 with a port nobody listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
+// freeAddr is 127.0.0.1 with a port nobody listens on now, outside the
+// range the kernel hands out to other processes' listeners and connections.
+func freeAddr() (string, error) { return controlplane.FreeAddress() }
 
 // refusals counts refused reloads and keeps the last reason, shared by the
 // gateways that reload.

@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -202,14 +204,63 @@ func CertManagerCRDs() (string, error) {
 }
 
 // FreeAddress is a loopback address, host:port, with a port nobody listens
-// on now: for the metrics or health endpoint of a process started next.
+// on now: for the metrics or health endpoint of a process started next, or
+// a gateway's listener.
+//
+// The port is taken below the kernel's ephemeral range. The kernel hands a
+// port of that range to every listener on port 0 and every outgoing
+// connection, so on a busy machine one of them can take a port of it in the
+// moment between this call and the bind that follows; then the process
+// started next fails to bind, or a test talks to a stranger's server. Below
+// the range only an explicit bind takes a port, and the pick is random
+// among thousands.
 func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	low := ephemeralLow()
+	if low-portFloor < 1000 {
+		return listenClose("127.0.0.1:0")
+	}
+	var last error
+	for range 100 {
+		port := portFloor + rand.IntN(low-portFloor) //nolint:gosec // G404: a port, not a secret
+		addr, err := listenClose(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			return addr, nil
+		}
+		last = err
+	}
+	return "", fmt.Errorf("no free port in [%d, %d) after 100 tries: %w", portFloor, low, last)
+}
+
+// portFloor is the lowest port FreeAddress picks: above the ports that
+// services of this machine commonly use.
+const portFloor = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, Linux's
+// default when the range cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return low
+}
+
+// listenClose binds addr and closes it again, returning the address bound.
+func listenClose(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	bound := l.Addr().String()
+	return bound, l.Close()
 }
 
 // TestRepoRoot is RepoRoot for a test, which fails when there is none.

@@ -1,8 +1,10 @@
 package controlplane
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/version"
@@ -79,5 +81,31 @@ func TestRepoRootIsTheProductModuleNotANestedOne(t *testing.T) {
 	}
 	if got, err = filepath.EvalSymlinks(got); err != nil || got != want {
 		t.Fatalf("RepoRoot() = %s (%v), want %s", got, err, want)
+	}
+}
+
+func TestFreeAddressIsLoopbackBelowTheEphemeralRangeAndFree(t *testing.T) {
+	low := ephemeralLow()
+	for range 20 {
+		addr, err := FreeAddress()
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "127.0.0.1" {
+			t.Errorf("%s: not on 127.0.0.1", addr)
+		}
+		if n, _ := strconv.Atoi(port); n < portFloor || n >= low {
+			t.Errorf("%s: port outside [%d, %d), where the kernel may hand it to another process", addr, portFloor, low)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s cannot be bound: %v", addr, err)
+			continue
+		}
+		_ = l.Close()
 	}
 }
