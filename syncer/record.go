@@ -32,10 +32,12 @@ import (
 // remembers. A gateway that differs from the record is written again from
 // it, with a GatewayTampered Warning.
 //
-// The record is written beside the targets, at the same time: a new root
-// reaches the gateway one request after dualca read it, not two, and the
-// next root waits for the longer of the writes, not their sum. A crash
-// during the writes, or a record write refused for a while, leave a target
+// The record is written once the targets' writes have returned: a new
+// root reaches the gateway one request after dualca read it, not two, and
+// the gateway's request does not share the API server and etcd with the
+// record's (sent together, as until 93ab177, the gateway's watch event
+// came later: see gatewayStore.write). A crash between the writes, or a
+// record write refused for a while, leave a target
 // ahead of the record, holding a decision made from it. dualca tells such a target
 // from a writer's by its seal: each target it writes carries an HMAC, under
 // a key only the record holds (seal.key), of what it owns there and of the
@@ -47,8 +49,8 @@ import (
 // ahead of it is written again from it (a new root's propagation delay
 // then counts from that write, never from the lost one).
 //
-// Targets that a failed write left behind the record (a target refused
-// while the record was written beside it) are told apart too:
+// Targets that a failed write left behind the record (a target refused,
+// the record written after it all the same) are told apart too:
 // the record keeps the digest of the last gateway dualca found as it meant
 // it (previousDigest), so that gateway is brought up to date without a
 // false alarm.

@@ -269,7 +269,7 @@ func TestNothingChangesNothingIsWritten(t *testing.T) {
 	s.putRoot(s.newRoot("root-2"))
 	s.g.Eventually(s.view).Should(HaveField("Phase", "Renewing"))
 	// The pass that wrote it may not have seen its writes through (the
-	// record is written beside the gateway, and a request is counted
+	// record is written after the gateway, and a request is counted
 	// when it returns): one more pass, which starts only after it ended,
 	// reads the root once more.
 	s.g.Eventually(d.polls).Should(BeNumerically(">", d.polls()))

@@ -161,7 +161,7 @@ func TestForeignIstioInputsAreRemovedOrFlagged(t *testing.T) {
 // TestALateBundleWriteRestartsThePropagationDelay: with the bundle in its
 // own object (the split form's -cacert), the write of the bundle is
 // refused for a while as a new root arrives. The gateway Secret is not
-// written meanwhile (the bundle first), dualca's record is (written beside
+// written meanwhile (the bundle first), dualca's record is (written after
 // the targets, it runs ahead of them), and the propagation delay the
 // gateway is given counts from the write that reaches it, not from the
 // record's: the rotation's recorded start is past the moment the writes
