@@ -25,8 +25,9 @@ func TestTheGCPercentageFollowsTheLiveHeap(t *testing.T) {
 		8 * mi:    200,
 		16 * mi:   100,
 		32 * mi:   50,
-		40 * mi:   gcMinPercent,
-		64 * mi:   gcMinPercent,
+		40 * mi:   40,
+		64 * mi:   25,
+		80 * mi:   gcMinPercent,
 		1024 * mi: gcMinPercent,
 		4096 * mi: gcMinPercent,
 	} {
