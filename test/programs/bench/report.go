@@ -665,7 +665,7 @@ func (r *report) writeFanout(p func(string, ...any)) {
 	p("conflict reads it again), a token bucket at the same rate and burst over as many workers as dualca's renewer,")
 	p("cert-manager re-issuing the same way. Both are timed from the same event: the watch event, in the benchmark, of the")
 	p("root Secret's version carrying the new root, which dualca reacts to and the floor starts from.")
-	p("The floor runs %s: each run waits for cert-manager to re-issue every client, and `make bench` must end within 45 minutes.", times(len(r.cmFloor)))
+	p("The floor runs %s: each run waits for cert-manager to re-issue every client, minutes each, and `make bench` (about 70 minutes) does not repeat it.", times(len(r.cmFloor)))
 	p("")
 	p("| triggered by | run | new root seen → first trigger | first → last trigger | ideal | over ideal | new root seen → all re-issued | API peak | API mean | failed issuances re-triggered |")
 	p("|---|---|---|---|---|---|---|---|---|---|")
