@@ -84,9 +84,19 @@ type rotationOutcome struct {
 // minute, and their limits. Standbys hold no controller and are not
 // judged.
 //
-// Memory is judged by the live heap the GC marks, grown by the GC's
-// target (GOGC: the heap it lets grow before the next collection, which
-// the resident set follows): what a leak in Go code makes grow. The
+// Memory is judged by the heap goal: the live heap the GC marks, grown by
+// the GC's percentage at that moment (GOGC: the heap it lets grow before
+// the next collection, which the resident set follows), sample by sample.
+// A leak in Go code makes it grow. The percentage is taken as sampled,
+// not as one figure: dualca sets it after each collection from the live
+// heap (cmd/dualca/gctuner.go), 16 MiB over it while that is between 25
+// and 400 % of it, so at a soak's few MiB the goal grows with the live
+// heap, not 1+GOGC/100 times as fast (the live heap times the highest
+// percentage sampled, the judge until this change, took a growth of 3.5
+// KiB/min for 14.6 KiB/min at a percentage of 316). The slope is the
+// goal's at the heap the run reached; a live heap grown past 64 MiB would
+// have the floor of 25 % and its goal grow 1.25 times as fast, which a
+// soak's hour cannot show and this bound does not add. The
 // resident set's own slope is shown, not judged: it also moves with the
 // runtime's unreturned pages and the binary's pages as code is first run,
 // bounded by the heap goal and the binary's size, which within an hour it
@@ -96,9 +106,11 @@ type leak struct {
 	processes, samples   int
 	window               time.Duration
 	rss, goroutines, fds float64
-	// heap is the live heap's slope; memory the growth judged, heap
-	// times 1+GOGC/100 (gogc, the highest sampled).
-	heap, gogc, memory                float64
+	// heap is the live heap's slope; memory the growth judged, the heap
+	// goal's (each sample's heap times 1+GOGC/100); gogcLow and gogcHigh
+	// are the lowest and highest percentage sampled.
+	heap, memory                      float64
+	gogcLow, gogcHigh                 float64
 	peakRSS, peakFDs                  float64 // the highest of the judged samples
 	memLimit, maxFDs                  float64 // the chart's memory limit, the lowest open-files limit
 	rssLimit, goroutineLimit, fdLimit float64
@@ -137,8 +149,8 @@ func (s *soak) check() {
 	s.t.Logf("rotations: %d requested, %d roots after R1; faults %v; API requests %.0f/min (peak %.0f/min)", o.requested, len(o.rotations), o.faults, o.requestsPerMinute, o.peakPerMinute)
 	l := o.leak
 	if judgesLeaks() {
-		s.t.Logf("leaks: %d samples of %d leader processes over %v: live heap %+.4f MiB/min, memory %+.4f MiB/min with GOGC %.0f (limit %.4f: %.1f MiB peak RSS, %.0f MiB chart limit, %v; RSS itself %+.4f MiB/min), goroutines %+.3f/min (limit %.3f), fds %+.4f/min (limit %.4f)",
-			l.samples, l.processes, l.window.Round(time.Second), l.heap/(1<<20), l.memory/(1<<20), l.gogc, l.rssLimit/(1<<20), l.peakRSS/(1<<20), l.memLimit/(1<<20), horizon, l.rss/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
+		s.t.Logf("leaks: %d samples of %d leader processes over %v: live heap %+.4f MiB/min, heap goal %+.4f MiB/min with GOGC %.0f-%.0f (limit %.4f: %.1f MiB peak RSS, %.0f MiB chart limit, %v; RSS itself %+.4f MiB/min), goroutines %+.3f/min (limit %.3f), fds %+.4f/min (limit %.4f)",
+			l.samples, l.processes, l.window.Round(time.Second), l.heap/(1<<20), l.memory/(1<<20), l.gogcLow, l.gogcHigh, l.rssLimit/(1<<20), l.peakRSS/(1<<20), l.memLimit/(1<<20), horizon, l.rss/(1<<20), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit)
 	} else {
 		s.t.Logf("leaks not judged (a run shorter than %v), for information: %d samples of %d leader processes over %v: RSS %+.3f MiB/min, goroutines %+.3f/min, fds %+.3f/min",
 			judgeLeaksFrom, l.samples, l.processes, l.window.Round(time.Second), l.rss/(1<<20), l.goroutines, l.fds)
@@ -302,7 +314,10 @@ func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLim
 		segments = append(segments, seg)
 		l.samples += len(seg)
 		for _, r := range seg {
-			l.peakRSS, l.peakFDs, l.gogc = max(l.peakRSS, r.rss), max(l.peakFDs, r.fds), max(l.gogc, r.gogc)
+			l.peakRSS, l.peakFDs, l.gogcHigh = max(l.peakRSS, r.rss), max(l.peakFDs, r.fds), max(l.gogcHigh, r.gogc)
+			if l.gogcLow == 0 || r.gogc < l.gogcLow {
+				l.gogcLow = r.gogc
+			}
 			if l.maxFDs == 0 || r.maxFDs < l.maxFDs {
 				l.maxFDs = r.maxFDs
 			}
@@ -317,12 +332,16 @@ func judgeLeaks(resources []resource, from time.Time, warm time.Duration, memLim
 	l.processes = len(segments)
 	l.rss = pooledSlope(segments, func(r resource) float64 { return r.rss })
 	l.heap = pooledSlope(segments, func(r resource) float64 { return r.heap })
-	l.memory = max(l.heap, 0) * (1 + l.gogc/100)
+	l.memory = max(pooledSlope(segments, heapGoal), 0)
 	l.goroutines = pooledSlope(segments, func(r resource) float64 { return r.goroutines })
 	l.fds = pooledSlope(segments, func(r resource) float64 { return r.fds })
 	l.rssLimit, l.goroutineLimit, l.fdLimit = boundsOver(horizon, l.memLimit-l.peakRSS, l.maxFDs-l.peakFDs)
 	return l
 }
+
+// heapGoal is the heap r's GC lets grow to before the next collection:
+// its live heap grown by its percentage.
+func heapGoal(r resource) float64 { return r.heap * (1 + r.gogc/100) }
 
 // boundsOver is the growth per minute of resident memory, goroutines and
 // open files that would use up memHeadroom bytes and fdHeadroom files

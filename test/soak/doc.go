@@ -34,8 +34,9 @@
 // before the root it replaced expired, and that the issuing Secret ends on
 // the last root, and that every scrape of a replica that lived on
 // succeeded. A run of 10 minutes or more (`make soak`) asserts too that
-// the leader leaks nothing: its live heap (grown by GOGC, the heap the GC
-// lets grow before collecting), goroutines and open file descriptors are
+// the leader leaks nothing: its heap goal (the live heap grown by the
+// GC's percentage in force, the heap the GC lets grow before collecting),
+// goroutines and open file descriptors are
 // sampled every 10 s, and their slope over the last three quarters of the
 // run, while it led and past its warm-up, must not reach the chart's
 // memory limit (or the process's open-files limit) from its highest

@@ -59,6 +59,19 @@ func TestSpanParsesARange(t *testing.T) {
 // that is the chart limit's headroom spread over the horizon: a standby's
 // growth is not judged, a leader's growth that would reach the limit
 // within the horizon is a leak, and one that would not is none.
+// tuned gives the samples a live heap of 6 MiB growing by perMinute and
+// the percentage dualca's GC tuner sets for it: 16 MiB over it, so that
+// the heap goal is the live heap plus 16 MiB (a percentage of 266 at
+// first: the live heap times 1+GOGC/100 would grow 3.7 times as fast).
+func tuned(r []resource, perMinute float64) []resource {
+	const mib = 1 << 20
+	for i := range r {
+		r[i].heap = 6*mib + perMinute*float64(i)
+		r[i].gogc = 100 * 16 * mib / r[i].heap
+	}
+	return r
+}
+
 func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
@@ -106,6 +119,8 @@ func TestLeaksJudgeTheLeaderAgainstTheChartLimitOverTheHorizon(t *testing.T) {
 			}
 			return r
 		}(), false},
+		"under dualca's percentage (16 MiB over the live heap) the goal grows as the live heap: under the bound, no leak": {tuned(proc(1, 40*mib, 0, 0), perMinuteBound*0.8), false},
+		"under dualca's percentage, a live heap growing past the bound is a leak":                                         {tuned(proc(1, 40*mib, 0, 0), perMinuteBound*1.2), true},
 		"a live heap growing under a flat resident set is a leak": {func() []resource {
 			r := proc(1, 40*mib, 0, 0)
 			for i := range r {

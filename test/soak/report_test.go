@@ -204,16 +204,16 @@ func (o *outcome) leakTable(w func(string, ...any)) {
 	if !l.ok() {
 		verdict = "**LEAK**"
 	}
-	w("| leaders | samples | window | live heap KiB/min | memory KiB/min: heap × (1+GOGC/100) (limit) | RSS KiB/min, not judged | goroutines/min (limit) | fds/min (limit) | verdict |")
+	w("| leaders | samples | window | live heap KiB/min | memory KiB/min: the heap goal, heap × (1+GOGC/100) (limit) | RSS KiB/min, not judged | goroutines/min (limit) | fds/min (limit) | verdict |")
 	w("|---|---|---|---|---|---|---|---|---|")
 	w("| %d | %d | %v | %+.2f | %+.2f (%.2f) | %+.2f | %+.4f (%.3f) | %+.4f (%.4f) | %s |", l.processes, l.samples, l.window.Round(time.Second),
 		l.heap/(1<<10), l.memory/(1<<10), l.rssLimit/(1<<10), l.rss/(1<<10), l.goroutines, l.goroutineLimit, l.fds, l.fdLimit, verdict)
 	w("")
 	w("The limits come from a peak RSS of %.1f MiB against the chart's limit of %.0f MiB, and %.0f of %.0f open files. "+
-		"Memory is judged by the live heap the GC marks (go_gc_heap_live_bytes), grown by GOGC %.0f: what a leak in Go code makes grow. "+
+		"Memory is judged by the heap goal: the live heap the GC marks (go_gc_heap_live_bytes), grown by the percentage in force at each sample (go_gc_gogc_percent, %.0f to %.0f here, which dualca sets from the live heap): what a leak in Go code makes grow. "+
 		"The resident set's slope is shown, not judged: it also moves with pages the runtime has not returned and the binary's pages as code first runs, "+
 		"both bounded, which an hour cannot tell from a leak.",
-		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs, l.gogc)
+		l.peakRSS/(1<<20), l.memLimit/(1<<20), l.peakFDs, l.maxFDs, l.gogcLow, l.gogcHigh)
 	w("")
 	w("| leader (pid) | samples | judged from, to | RSS MiB first, last | RSS KiB/min | live heap KiB/min | goroutines/min | bundle roots first, last (most) |")
 	w("|---|---|---|---|---|---|---|---|")
