@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // FileGateway is a gateway that reads its credential from files, as one
@@ -52,7 +54,7 @@ func StartFile(ctx context.Context, kube kubernetes.Interface, ns string, gw Fil
 	cert, key, bundle := gw.Layout()
 	items := []Item{shape.Cert(gateway).Item(cert), shape.Key(gateway).Item(key), shape.Bundle(gateway).Item(bundle)}
 	vol := NewProjector(kube, ns, items, filepath.Join(dir, "volume"), lag)
-	addr, err := freeAddr()
+	addr, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, nil, err
 	}

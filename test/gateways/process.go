@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dualca/dualca/test/lib/controlplane"
 	"github.com/dualca/dualca/test/lib/run"
 )
 
@@ -109,10 +108,6 @@ func waitTLS(ctx context.Context, p *proc, addr string, timeout time.Duration) e
 	}
 	return fmt.Errorf("%s does not serve TLS within %s: %w", addr, timeout, last)
 }
-
-// freeAddr is 127.0.0.1 with a port nobody listens on now, outside the
-// range the kernel hands out to other processes' listeners and connections.
-func freeAddr() (string, error) { return controlplane.FreeAddress() }
 
 // refusals counts refused reloads and keeps the last reason, shared by the
 // gateways that reload.

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/dualca/dualca/test/lib/controlplane"
 )
 
 // TraefikName is the Traefik gateway's name in the report.
@@ -105,7 +107,7 @@ func StartTraefik(ctx context.Context, c client.Client, kubeconfig, binary, ns s
 			return nil, fmt.Errorf("creating Traefik's %s: %w", obj.GetKind(), err)
 		}
 	}
-	addr, err := freeAddr()
+	addr, err := controlplane.FreeAddress()
 	if err != nil {
 		return nil, err
 	}

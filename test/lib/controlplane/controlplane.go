@@ -236,19 +236,11 @@ func FreeAddress() (string, error) {
 const portFloor = 10000
 
 // ephemeralLow is the first port of the kernel's ephemeral range, Linux's
-// default when the range cannot be read.
+// default (32768) when the range cannot be read.
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 32768
-	}
-	low, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		_, _ = fmt.Sscan(string(b), &low)
 	}
 	return low
 }
