@@ -21,11 +21,11 @@ func TestThePlotMarksRotationsAndFaultsOnly(t *testing.T) {
 			{at: at(4), kind: killSkipped}, {at: at(5), kind: "delete gateway Secret"},
 		},
 		samples:   []sample{{at: at(2), attempts: 9, failures: 1, broken: 4, phase: "Bundle", root: 2, server: 1}},
-		resources: []resource{{at: at(2), pid: 42, rss: 1 << 25, heap: 1 << 20}},
+		resources: []resource{{at: at(2), pid: 42, rss: 1 << 25, heap: 1 << 20, gogc: 400, leader: true, roots: 2}},
 	}
 	g.Expect(o.figure()).To(Equal(figure.Soak{Start: start, Elapsed: time.Minute,
 		Samples: []figure.SoakSample{{At: at(2), Attempts: 9, Failures: 1, Phase: "Bundle", Root: 2, Server: 1}},
 		Events:  []figure.SoakEvent{{At: at(2), Rotation: true}, {At: at(5)}},
-		Memory:  []figure.Memory{{At: at(2), PID: 42, RSS: 1 << 25}},
+		Memory:  []figure.Memory{{At: at(2), PID: 42, RSS: 1 << 25, Heap: 1 << 20, GOGC: 400, Leader: true, Roots: 2}},
 	}))
 }

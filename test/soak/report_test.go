@@ -246,7 +246,7 @@ func (o *outcome) figure() figure.Soak {
 		}
 	}
 	for _, r := range o.resources {
-		f.Memory = append(f.Memory, figure.Memory{At: r.at, PID: r.pid, RSS: r.rss})
+		f.Memory = append(f.Memory, figure.Memory{At: r.at, PID: r.pid, RSS: r.rss, Heap: r.heap, GOGC: r.gogc, Leader: r.leader, Roots: r.roots})
 	}
 	return f
 }

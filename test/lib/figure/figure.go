@@ -39,11 +39,17 @@ type SoakEvent struct {
 	Rotation bool // else a fault
 }
 
-// Memory is one process's resident set at a moment.
+// Memory is one process's memory at a moment: enough to re-run the soak's
+// leak judge on a recorded run.
 type Memory struct {
 	At  time.Time
 	PID int
 	RSS float64 // bytes
+	// Heap is the live heap the last GC marked (bytes) and GOGC the GC's
+	// percentage then: the heap goal is Heap × (1 + GOGC/100).
+	Heap, GOGC float64
+	Leader     bool    // the process held the lease
+	Roots      float64 // roots in the gateway's bundle, as it last decided
 }
 
 // Dashboard is what the dashboard's panels showed over the dashboard test

@@ -40,7 +40,7 @@ func TestAFigureReadsBackAsWritten(t *testing.T) {
 	soak := Soak{Start: start, Elapsed: time.Hour,
 		Samples: []SoakSample{{At: start, Attempts: 10, Failures: 1, Phase: "Bundle", Root: 2, Server: 1}},
 		Events:  []SoakEvent{{At: start, Rotation: true}},
-		Memory:  []Memory{{At: start, PID: 42, RSS: 1 << 25}}}
+		Memory:  []Memory{{At: start, PID: 42, RSS: 1 << 25, Heap: 1 << 20, GOGC: 400, Leader: true, Roots: 3}}}
 	g.Expect(Write(soakPath, soak)).To(Succeed())
 	var back Soak
 	g.Expect(Read(soakPath, &back)).To(Succeed())
