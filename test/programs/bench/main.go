@@ -57,6 +57,9 @@ type options struct {
 	dualca, out, plot string
 	quick             bool
 	only              string
+	// profiles, with only, is where dualca's profiles are written (see
+	// bench.profile); "" writes none.
+	profiles string
 
 	rotations       int           // propagation, per system and run: at least 200, so that p99 is a percentile, not the max
 	propagationRuns int           // propagation runs, each judged: at least 3
@@ -106,7 +109,14 @@ func main() {
 	var scale intList
 	flag.Var(&scale, "scale", "with -only scale: the client counts to measure instead of the run's (comma-separated)")
 	fanout := flag.Int("fanout", 0, "with -only cert-manager: the clients cert-manager re-issues instead of the run's")
+	flag.StringVar(&o.profiles, "profiles", "", "with -only scale or propagation: write the measured dualca's profiles into this directory: "+
+		"a heap profile at rest and one after the fan-out of each scale point, a CPU profile of each propagation run")
 	flag.Parse()
+	if o.profiles != "" && o.only != "scale" && o.only != "propagation" {
+		// A profiled process is not the one a report measures.
+		fmt.Fprintln(os.Stderr, "bench: -profiles is for -only scale or -only propagation")
+		os.Exit(2)
+	}
 	o.defaults()
 	if *fanout > 0 {
 		if o.only != "cert-manager" {
@@ -158,7 +168,7 @@ const chartClaim = 5000
 
 // defaults are the full run's sizes, or the quick run's.
 func (o *options) defaults() {
-	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only,
+	*o = options{dualca: o.dualca, out: o.out, plot: o.plot, quick: o.quick, only: o.only, profiles: o.profiles,
 		rotations: 200, propagationRuns: 3, starts: 20, startupClients: 1000,
 		unrelated: 10000, rest: 10 * time.Minute, restPoll: time.Minute, runs: 3, polls: 15, poll: 2 * time.Second,
 		scale: intList{1000, chartClaim, 10000, 50000}, touches: 20, fanout: 2000, fanoutRuns: 3, floorRuns: 1, qps: 100}

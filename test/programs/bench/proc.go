@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,13 +30,25 @@ type process struct {
 	// metrics and probes are the addresses of its metrics endpoint and
 	// readiness probe, "" when it has none.
 	metrics, probes string
+	// pprof is the address of its profiling endpoints, "" when it has
+	// none.
+	pprof string
 	// started is when it was started.
 	started time.Time
 }
 
 // startProcess runs path with args.
 func startProcess(name, path string, args ...string) (*process, error) {
+	return startProcessEnv(name, path, nil, args...)
+}
+
+// startProcessEnv is startProcess with env (KEY=value) added to the
+// benchmark's environment.
+func startProcessEnv(name, path string, env []string, args ...string) (*process, error) {
 	p := &process{name: name, cmd: exec.Command(path, args...), exited: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.started = time.Now()
@@ -75,12 +89,62 @@ func (b *bench) startDualcaIn(cg *memoryCgroup, kubeconfig string, args ...strin
 	if cg != nil {
 		path, all = cg.wrap(path, all)
 	}
-	p, err := startProcess(systemDualca, path, all...)
+	var env []string
+	pprof := ""
+	if b.opts.profiles != "" {
+		if pprof, err = controlplane.FreeAddress(); err != nil {
+			return nil, err
+		}
+		env = []string{"DUALCA_PPROF_ADDRESS=" + pprof}
+	}
+	p, err := startProcessEnv(systemDualca, path, env, all...)
 	if err != nil {
 		return nil, err
 	}
-	p.metrics, p.probes = metrics, probes
+	p.metrics, p.probes, p.pprof = metrics, probes, pprof
 	return p, nil
+}
+
+// profile writes p's profile of kind (heap: the live heap at a collection
+// made for it; profile: the CPU over seconds) to the file name of the
+// -profiles directory; nothing without one. A profile that cannot be had
+// fails the step: a run asked for it.
+func (b *bench) profile(ctx context.Context, p *process, kind string, seconds int, name string) error {
+	if b.opts.profiles == "" {
+		return nil
+	}
+	if p.pprof == "" {
+		return fmt.Errorf("profiling %s: it serves no profile", p.name)
+	}
+	url := fmt.Sprintf("http://%s/debug/pprof/%s?gc=1", p.pprof, kind)
+	if seconds > 0 {
+		url = fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", p.pprof, kind, seconds)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", p.name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("profiling %s: %w", p.name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profiling %s: %s: %s", p.name, resp.Status, body)
+	}
+	if err := os.MkdirAll(b.opts.profiles, 0o755); err != nil { //nolint:gosec // G301: measurements
+		return err
+	}
+	path := filepath.Join(b.opts.profiles, name+".pb.gz")
+	if err := os.WriteFile(path, body, 0o644); err != nil { //nolint:gosec // G306: measurements
+		return err
+	}
+	b.log("wrote %s", path)
+	return nil
 }
 
 // ready reports whether the process's readiness probe answers 200.

@@ -67,6 +67,21 @@ func (b *bench) propagationRun(ctx context.Context, run int, gaps []time.Duratio
 			return err
 		}
 	}
+	// With -profiles, dualca's CPU over the rotations of every system,
+	// which its own are spread among.
+	profiled := make(chan error, 1)
+	profiled <- nil
+	for _, r := range runs {
+		if r.system == systemDualca && b.opts.profiles != "" {
+			var span time.Duration
+			for _, g := range gaps {
+				span += g
+			}
+			seconds := int(span.Seconds()*float64(len(runs))) + 1
+			<-profiled
+			go func() { profiled <- b.profile(ctx, r.proc, "profile", seconds, fmt.Sprintf("propagation-%d-cpu", run)) }()
+		}
+	}
 	block := max(1, n/6)
 	for from, turn := 1, run-1; from <= n; from, turn = from+block, turn+1 {
 		to := min(n, from+block-1)
@@ -99,6 +114,9 @@ func (b *bench) propagationRun(ctx context.Context, run int, gaps []time.Duratio
 			return fmt.Errorf("%s: %d samples of %d rotations", r.system, len(res.samples), n)
 		}
 		results = append(results, res)
+	}
+	if err := <-profiled; err != nil {
+		return err
 	}
 	span := spanSince(load)
 	for _, res := range results {

@@ -129,6 +129,9 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 	if n == 0 {
 		return pt, nil // the baseline: what dualca holds for no client
 	}
+	if err := b.profile(ctx, p, "heap", 0, fmt.Sprintf("scale-%d-rest", n)); err != nil {
+		return pt, err
+	}
 	if pt.reconcile, err = b.reconcileAtRest(ctx, w, p); err != nil {
 		return pt, err
 	}
@@ -151,6 +154,9 @@ func (b *bench) scalePoint(ctx context.Context, n int, withOrphans bool) (pt sca
 	}
 	pt.churn, pt.churnWindow = quantilesBetween(before, after, "controller_runtime_reconcile_time_seconds"), time.Since(churnBegan)
 	if pt.afterRSS, err = settledRSS(ctx, p); err != nil {
+		return pt, err
+	}
+	if err := b.profile(ctx, p, "heap", 0, fmt.Sprintf("scale-%d-after", n)); err != nil {
 		return pt, err
 	}
 	// The highest resident set, read last: the settled one after the
