@@ -80,30 +80,81 @@ type renewer struct {
 	logger   logr.Logger
 
 	mu sync.Mutex
-	// queued are the clients in the queue and not yet taken by a worker:
-	// the reconciler, which runs at every client change, does not add them
-	// again (each add would spend a token of the bucket).
-	queued map[types.NamespacedName]bool
 	// due is the latest decision: a client queued earlier that is no longer
 	// due (cert-manager renewed it meanwhile) is skipped.
 	due map[types.NamespacedName]dueClient
-	// backoff are the clients the rate limiter counts retries of, until
-	// they are no longer due.
-	backoff map[types.NamespacedName]bool
-	// acted are the clients acted on, and when: until the cache shows
-	// cert-manager at work (or actedFor has passed), the reconciler's view
-	// of them is older than the action, and queueing them again would spend
-	// a token of the bucket on a client that needs nothing.
-	acted map[types.NamespacedName]time.Time
-	// triggers count the renewals triggered of each client on one root and
-	// spec; a client's count restarts at another root or spec.
-	triggers map[types.NamespacedName]triggerCount
-	// abandoned are the clients no longer triggered, with the root and spec
-	// they were abandoned on: each is reported once per root and spec.
-	abandoned map[types.NamespacedName]attempt
+	// clients are what the renewer keeps of each client it queued, acted
+	// on, counts or abandoned; a client of which it keeps nothing has no
+	// entry. One entry per client, not a map for each of these: in a
+	// fan-out over tens of thousands of clients, all of them in flight,
+	// five maps cost 500 B a client.
+	clients map[types.NamespacedName]*clientRenewal
+	// peak is the most entries clients had since it was last built: a Go
+	// map keeps the memory of the most it held.
+	peak int
 	// report tells of clients abandoned; nil reports nothing (tests).
 	report func([]abandonedClient)
 }
+
+// clientRenewal is what the renewer keeps of one client.
+type clientRenewal struct {
+	// queued: the client is in the queue and not yet taken by a worker;
+	// the reconciler, which runs at every client change, does not add it
+	// again (each add would spend a token of the bucket).
+	queued bool
+	// backoff: the rate limiter counts the client's retries, until it is
+	// no longer due.
+	backoff bool
+	// acted is when the client was acted on, zero when it was not or the
+	// wait is over: until the cache shows cert-manager at work (or
+	// actedFor has passed), the reconciler's view of it is older than the
+	// action, and queueing it again would spend a token of the bucket on a
+	// client that needs nothing.
+	acted time.Time
+	// triggers counts the renewals triggered of the client on one root
+	// and spec; the count restarts at another root or spec.
+	triggers triggerCount
+	// abandoned is the root and spec the client was abandoned on (no
+	// longer triggered), zero when it was not: it is reported once per
+	// root and spec.
+	abandoned attempt
+}
+
+// client is key's entry, made when there is none. The caller holds w.mu.
+func (w *renewer) client(key types.NamespacedName) *clientRenewal {
+	c := w.clients[key]
+	if c == nil {
+		c = &clientRenewal{}
+		w.clients[key] = c
+		w.peak = max(w.peak, len(w.clients))
+	}
+	return c
+}
+
+// forgetIdle drops key's entry when it keeps nothing. The caller holds
+// w.mu.
+func (w *renewer) forgetIdle(key types.NamespacedName, c *clientRenewal) {
+	if *c == (clientRenewal{}) {
+		delete(w.clients, key)
+	}
+}
+
+// shrink builds clients again when it holds under a quarter of its peak:
+// after a fan-out the entries of the clients renewed are gone, and the
+// map would otherwise keep their memory. The caller holds w.mu.
+func (w *renewer) shrink() {
+	if w.peak < minShrink || len(w.clients) >= w.peak/4 {
+		return
+	}
+	clients := make(map[types.NamespacedName]*clientRenewal, len(w.clients))
+	for key, c := range w.clients {
+		clients[key] = c
+	}
+	w.clients, w.peak = clients, len(clients)
+}
+
+// minShrink is the peak below which the map is left as it is.
+const minShrink = 1024
 
 // triggerCount is how many times a client was triggered on one attempt.
 type triggerCount struct {
@@ -206,16 +257,12 @@ func newRenewer(strategy strategy, o Options) *renewer {
 			// bucket on a clock that stood still would never refill.
 			renewalRateLimiter(o.RenewalQPS, o.RenewalBurst, o.PollInterval, clock.RealClock{}),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "dualca-renewal"}),
-		workers:   RenewalWorkers(o.RenewalQPS),
-		strategy:  strategy,
-		metrics:   o.Metrics,
-		logger:    o.Logger,
-		now:       o.Clock.Now,
-		queued:    map[types.NamespacedName]bool{},
-		backoff:   map[types.NamespacedName]bool{},
-		acted:     map[types.NamespacedName]time.Time{},
-		triggers:  map[types.NamespacedName]triggerCount{},
-		abandoned: map[types.NamespacedName]attempt{},
+		workers:  RenewalWorkers(o.RenewalQPS),
+		strategy: strategy,
+		metrics:  o.Metrics,
+		logger:   o.Logger,
+		now:      o.Clock.Now,
+		clients:  map[types.NamespacedName]*clientRenewal{},
 	}
 }
 
@@ -268,69 +315,65 @@ func (w *renewer) update(due map[types.NamespacedName]dueClient, inFlight map[ty
 func (w *renewer) take(due map[types.NamespacedName]dueClient, inFlight map[types.NamespacedName]bool) (int, []abandonedClient) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.forgetOtherRoots(due)
-	for key := range w.backoff {
-		if _, still := due[key]; !still && !inFlight[key] {
-			w.queue.Forget(key)
-			delete(w.backoff, key)
-		}
-	}
+	root := rootOf(due)
 	now := w.now()
-	for key, at := range w.acted {
+	for key, c := range w.clients {
+		_, still := due[key]
+		if root != "" {
+			// A new root starts every count afresh.
+			if c.triggers.on.root != root {
+				c.triggers = triggerCount{}
+			}
+			if c.abandoned.root != root {
+				c.abandoned = attempt{}
+			}
+		}
+		if c.backoff && !still && !inFlight[key] {
+			w.queue.Forget(key)
+			c.backoff = false
+		}
 		// Seen in flight is not enough: the Certificate and the Secret are
 		// watched apart, and after a lost connection the Secret may show
 		// the old leaf after cert-manager finished (a second issuance for
 		// nothing). Only a renewed client, or the wait running out, ends it.
-		if _, still := due[key]; !still && !inFlight[key] || now.Sub(at) >= actedFor {
-			delete(w.acted, key)
+		if !c.acted.IsZero() && (!still && !inFlight[key] || now.Sub(c.acted) >= actedFor) {
+			c.acted = time.Time{}
 		}
+		w.forgetIdle(key, c)
 	}
 	w.due = due
 	added, stopped := 0, 0
 	var abandoned []abandonedClient
 	for key, d := range due {
-		if c := w.triggers[key]; c.on == d.attempt() && c.n >= maxTriggersPerRoot {
+		c := w.clients[key]
+		if c != nil && c.triggers.on == d.attempt() && c.triggers.n >= maxTriggersPerRoot {
 			stopped++
-			if w.abandoned[key] != c.on {
-				w.abandoned[key] = c.on
+			if c.abandoned != c.triggers.on {
+				c.abandoned = c.triggers.on
 				abandoned = append(abandoned, abandonedClient{key: key, root: d.root, cert: d.cert})
 			}
 			continue
 		}
-		if _, recently := w.acted[key]; !w.queued[key] && !recently {
-			w.queued[key], w.backoff[key] = true, true
+		if c == nil || !c.queued && c.acted.IsZero() {
+			c = w.client(key)
+			c.queued, c.backoff = true, true
 			w.queue.AddRateLimited(key)
 			added++
 		}
 	}
+	w.shrink()
 	w.metrics.abandoned.Set(float64(stopped))
 	slices.SortFunc(abandoned, func(a, b abandonedClient) int { return strings.Compare(a.key.String(), b.key.String()) })
 	return added, abandoned
 }
 
-// forgetOtherRoots drops the trigger counts and the abandonments of roots
-// other than the one the clients due now are to move to: a new root
-// starts every count afresh. Without a client due the root is not known,
-// and nothing is dropped.
-func (w *renewer) forgetOtherRoots(due map[types.NamespacedName]dueClient) {
-	root := ""
+// rootOf is the root the clients due are to move to: the current one; ""
+// without a client due, when it is not known.
+func rootOf(due map[types.NamespacedName]dueClient) string {
 	for _, d := range due {
-		root = d.root
-		break
+		return d.root
 	}
-	if root == "" {
-		return
-	}
-	for key, c := range w.triggers {
-		if c.on.root != root {
-			delete(w.triggers, key)
-		}
-	}
-	for key, a := range w.abandoned {
-		if a.root != root {
-			delete(w.abandoned, key)
-		}
-	}
+	return ""
 }
 
 // Start runs the worker until ctx ends.
@@ -414,20 +457,20 @@ func (w *renewer) next(ctx context.Context) bool {
 func (w *renewer) settle(key types.NamespacedName, on attempt, acted bool, err error) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.queued, key)
+	c := w.client(key)
+	defer w.forgetIdle(key, c)
+	c.queued = false
 	switch {
 	case err != nil:
-		w.queued[key] = true
+		c.queued = true
 		w.queue.AddRateLimited(key)
 		return renewalFailed
 	case acted:
-		w.acted[key] = w.now()
-		c := w.triggers[key]
-		if c.on != on {
-			c = triggerCount{on: on}
+		c.acted = w.now()
+		if c.triggers.on != on {
+			c.triggers = triggerCount{on: on}
 		}
-		c.n++
-		w.triggers[key] = c
+		c.triggers.n++
 		return renewalTriggered
 	}
 	return renewalSkipped

@@ -122,22 +122,57 @@ func TestRenewerLeavesAClientActedOnAlone(t *testing.T) {
 	due := map[types.NamespacedName]dueClient{a: {}}
 
 	g.Expect(w.update(due, nil)).To(Equal(1))
-	w.mu.Lock()
-	delete(w.queued, a) // taken by the worker...
-	w.acted[a] = now    // ...and triggered
-	w.mu.Unlock()
+	w.settle(a, attempt{}, true, nil) // taken by the worker and triggered
 	g.Expect(w.update(due, nil)).To(Equal(0), "the cache has not seen the trigger yet")
 	w.update(nil, map[types.NamespacedName]bool{a: true})
 	g.Expect(w.update(due, nil)).To(Equal(0), "seen in flight, then due again: the Secret's cache may be behind")
 	fake.t = now.Add(actedFor)
 	g.Expect(w.update(due, nil)).To(Equal(1), "still due after actedFor: queued again")
 
-	w.mu.Lock()
-	delete(w.queued, a)
-	w.acted[a] = fake.t
-	w.mu.Unlock()
+	w.settle(a, attempt{}, true, nil)
 	w.update(nil, nil)
 	g.Expect(w.update(due, nil)).To(Equal(1), "renewed (no longer due), then due again at a later rotation: queued at once")
+}
+
+// TestTheRenewerLetsGoOfAFanOut: what the renewer keeps of a client
+// lasts while the client is queued, in flight, waited for or counted on
+// the current root, and no longer: a new root leaves nothing of the
+// clients renewed on the last one, and the map they filled is built
+// again, so a fan-out over tens of thousands of clients does not keep
+// their memory until the process ends.
+func TestTheRenewerLetsGoOfAFanOut(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	w := newRenewer(&zeroDowntime{}, testOptions())
+	defer w.queue.ShutDown()
+	const n = 4 * minShrink
+	due, inFlight := map[types.NamespacedName]dueClient{}, map[types.NamespacedName]bool{}
+	for i := range n {
+		k := key(fmt.Sprintf("agent-%d", i))
+		due[k], inFlight[k] = dueClient{root: "R2"}, true
+	}
+	entries := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.clients)
+	}
+
+	g.Expect(w.update(due, nil)).To(Equal(n))
+	for k := range due {
+		w.settle(k, attempt{root: "R2"}, true, nil)
+	}
+	w.update(nil, inFlight)
+	g.Expect(entries()).To(Equal(n), "in flight: each is waited for, its backoff and count kept")
+	w.update(nil, nil)
+	g.Expect(entries()).To(Equal(n), "renewed: the counts on R2 stay while R2 is the root")
+
+	last := key("agent-0")
+	w.update(map[types.NamespacedName]dueClient{last: {root: "R3"}}, nil)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g.Expect(w.clients).To(HaveLen(1), "a new root: nothing is kept of the others")
+	g.Expect(*w.clients[last]).To(Equal(clientRenewal{queued: true, backoff: true}))
+	g.Expect(w.peak).To(Equal(1), "the map was built again for what it holds")
 }
 
 // TestRenewerStopsTriggeringAClientThatNeverMoves: a client cert-manager
@@ -186,7 +221,10 @@ func TestRenewerStopsTriggeringAClientThatNeverMoves(t *testing.T) {
 	g.Expect(*reported).To(HaveLen(2))
 	g.Expect((*reported)[1].root).To(Equal("R3"), "reported again, for the new root")
 	g.Expect(testutil.ToFloat64(w.metrics.abandoned)).To(Equal(1.0))
-	g.Expect(w.triggers).To(HaveLen(1), "R2's counts are forgotten: %v", w.triggers)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g.Expect(w.clients).To(HaveLen(1), "R2's counts are forgotten")
+	g.Expect(w.clients[stuck].triggers).To(Equal(triggerCount{on: attempt{root: "R3"}, n: maxTriggersPerRoot}))
 }
 
 // TestAnAbandonedClientIsTriggeredAgainWhenItsSpecChanges: a client
