@@ -200,21 +200,21 @@ endef
 # (see test/soak/profiles_test.go), for what a leak the judge saw is made of.
 define soak-run
 $(fresh-dualca)
-@rm -f $(BIN)/$(1).json
+@rm -f docs/$(1).json
 status=0; DUALCA_BINARY=$(BIN)/dualca $(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/soak \
 	-soak.duration=$(DURATION) -soak.clients=$(CLIENTS) -soak.rotate=30s-2m0s $(2) -soak.report=$(CURDIR)/docs/$(1).md \
-	-soak.plot=$(CURDIR)/docs/$(1).png -soak.series=$(BIN)/$(1).json $(if $(PROFILES),-soak.profiles=$(abspath $(PROFILES))) \
+	-soak.plot=$(CURDIR)/docs/$(1).png -soak.series=$(CURDIR)/docs/$(1).json $(if $(PROFILES),-soak.profiles=$(abspath $(PROFILES))) \
 	2>&1 | grep -vE '^\s+\{"level"' || status=$$?; \
-	if [ -f $(BIN)/$(1).json ]; then $(call program,figures) soak $(BIN)/$(1).json $(CURDIR)/docs/$(1).png; fi; \
+	if [ -f docs/$(1).json ]; then $(call program,figures) soak $(CURDIR)/docs/$(1).json $(CURDIR)/docs/$(1).png; fi; \
 	exit $$status
 endef
 
 .PHONY: soak
-soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at random moments for DURATION (60m), two replicas, CLIENTS (100) clients loading their Secrets 1-10 s late; writes docs/soak.md and docs/soak.png
+soak: control-plane cert-manager $(BIN)/dualca ## root rotations and faults at random moments for DURATION (60m), two replicas, CLIENTS (100) clients loading their Secrets 1-10 s late; writes docs/soak.md, docs/soak.png and the samples behind them, docs/soak.json (each replica's memory, leadership and bundle roots: the leak judge can be re-run on them)
 	$(call soak-run,soak,)
 
 .PHONY: soak-leaks
-soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills or kube-apiserver restarts, for leaks: the leader lives the whole DURATION (60m) and is judged alone; writes docs/soak-leaks.md and docs/soak-leaks.png
+soak-leaks: control-plane cert-manager $(BIN)/dualca ## the soak without kills or kube-apiserver restarts, for leaks: the leader lives the whole DURATION (60m) and is judged alone; writes docs/soak-leaks.md, docs/soak-leaks.png and docs/soak-leaks.json
 	$(call soak-run,soak-leaks,-soak.kills=false)
 
 .PHONY: bench
