@@ -3,13 +3,11 @@ package soak
 import (
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/dualca/dualca/test/lib/controlplane"
+	"github.com/dualca/dualca/test/lib/run"
 )
 
 // profilesTo, when set, is where the leader's heap profiles go: each
@@ -47,34 +45,10 @@ func (s *soak) profileLeaders() {
 			continue
 		}
 		name := fmt.Sprintf("heap-%d-%03.0f.pb.gz", r.Pid, time.Since(s.begin).Minutes())
-		if err := fetchTo(filepath.Join(*profilesTo, name), "http://"+r.pprof+"/debug/pprof/heap?gc=1"); err != nil && !r.ExitsWithin(scrapeGrace) {
+		if err := run.FetchTo(s.ctx, filepath.Join(*profilesTo, name), "http://"+r.pprof+"/debug/pprof/heap?gc=1"); err != nil && !r.ExitsWithin(scrapeGrace) {
 			s.mu.Lock()
 			s.scrapeFailures = append(s.scrapeFailures, fmt.Sprintf("pid %d: heap profile: %v", r.Pid, err))
 			s.mu.Unlock()
 		}
 	}
-}
-
-// fetchTo writes what GET url answers with 200 into the file path.
-func fetchTo(path, url string) error {
-	resp, err := http.Get(url) //nolint:gosec // a replica's loopback address, chosen by the test
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -120,28 +119,9 @@ func (b *bench) profile(ctx context.Context, p *process, kind string, seconds in
 	if seconds > 0 {
 		url = fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", p.pprof, kind, seconds)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("profiling %s: %w", p.name, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("profiling %s: %w", p.name, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profiling %s: %s: %s", p.name, resp.Status, body)
-	}
-	if err := os.MkdirAll(b.opts.profiles, 0o755); err != nil { //nolint:gosec // G301: measurements
-		return err
-	}
 	path := filepath.Join(b.opts.profiles, name+".pb.gz")
-	if err := os.WriteFile(path, body, 0o644); err != nil { //nolint:gosec // G306: measurements
-		return err
+	if err := dualcarun.FetchTo(ctx, path, url); err != nil {
+		return fmt.Errorf("profiling %s: %w", p.name, err)
 	}
 	b.log("wrote %s", path)
 	return nil

@@ -69,17 +69,18 @@ func (b *bench) propagationRun(ctx context.Context, run int, gaps []time.Duratio
 	}
 	// With -profiles, dualca's CPU over the rotations of every system,
 	// which its own are spread among.
-	profiled := make(chan error, 1)
-	profiled <- nil
-	for _, r := range runs {
-		if r.system == systemDualca && b.opts.profiles != "" {
-			var span time.Duration
-			for _, g := range gaps {
-				span += g
+	var profiled chan error
+	if b.opts.profiles != "" {
+		var span time.Duration
+		for _, g := range gaps {
+			span += g
+		}
+		seconds := int(span.Seconds()*float64(len(runs))) + 1
+		for _, r := range runs {
+			if r.system == systemDualca {
+				profiled = make(chan error, 1)
+				go func() { profiled <- b.profile(ctx, r.proc, "profile", seconds, fmt.Sprintf("propagation-%d-cpu", run)) }()
 			}
-			seconds := int(span.Seconds()*float64(len(runs))) + 1
-			<-profiled
-			go func() { profiled <- b.profile(ctx, r.proc, "profile", seconds, fmt.Sprintf("propagation-%d-cpu", run)) }()
 		}
 	}
 	block := max(1, n/6)
@@ -115,8 +116,10 @@ func (b *bench) propagationRun(ctx context.Context, run int, gaps []time.Duratio
 		}
 		results = append(results, res)
 	}
-	if err := <-profiled; err != nil {
-		return err
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			return err
+		}
 	}
 	span := spanSince(load)
 	for _, res := range results {
